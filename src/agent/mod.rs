@@ -1,0 +1,14 @@
+//! The episode loop and what it needs: tool execution, the system prompt, the todo
+//! list and the trajectory record.
+
+mod executor;
+mod prompt;
+mod session;
+mod todo;
+mod trajectory;
+
+pub use executor::{ToolExecutor, ToolOutcome};
+pub use prompt::system_prompt;
+pub use session::{spawn_session, EpisodeSummary, SessionConfig, SessionHandle};
+pub use todo::{TodoItem, TodoList};
+pub use trajectory::{EpisodeEndRecord, EpisodeStart, ObservationRecord, TrajectoryWriter, TurnRecord};

@@ -1,0 +1,57 @@
+//! The system prompt: `prompts/system.md` with the generated tool section.
+
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use crate::tools::{render_tool_section, ToolSpecs};
+
+const SYSTEM_TEMPLATE: &str = include_str!("../../prompts/system.md");
+
+/// Renders the system prompt for a sandbox whose shell starts in `cwd`.
+/// `project_instructions` is the content of the project's `AGENTS.md`, if any.
+pub fn system_prompt(specs: &ToolSpecs, cwd: &str, project_instructions: Option<&str>) -> String {
+    let project = match project_instructions {
+        Some(text) if !text.trim().is_empty() => {
+            format!("\n# Project instructions (AGENTS.md)\n\n{}\n", text.trim())
+        }
+        _ => String::new(),
+    };
+    SYSTEM_TEMPLATE
+        .replace("{{cwd}}", cwd)
+        .replace("{{date}}", &today())
+        .replace("{{tools}}", &render_tool_section(specs))
+        .replace("{{project_instructions}}", &project)
+        .trim_end()
+        .to_string()
+}
+
+/// Today's date (UTC) as YYYY-MM-DD.
+fn today() -> String {
+    let days = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs() / 86_400).unwrap_or(0) as i64;
+    // Civil-from-days (Howard Hinnant's algorithm).
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    format!("{y:04}-{m:02}-{d:02}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn prompt_has_tools_and_cwd() {
+        let specs = ToolSpecs::builtin().unwrap();
+        let p = system_prompt(&specs, "/app", Some("Use tabs."));
+        assert!(p.contains("/app"));
+        assert!(p.contains("<bash>") && p.contains("finish"));
+        assert!(p.contains("Use tabs."));
+        assert!(!p.contains("{{"));
+        assert_eq!(today().len(), 10);
+    }
+}

@@ -1,0 +1,48 @@
+//! Subcommands. Each is a client of the library; none reaches into the loop.
+
+mod print;
+mod run;
+mod sandbox;
+mod signals;
+
+use std::path::PathBuf;
+
+use clap::{Parser, Subcommand};
+
+/// A terminal coding agent whose tools all run inside Docker.
+#[derive(Debug, Parser)]
+#[command(name = "agent", version, about)]
+pub struct Cli {
+    /// Config file (default: .agent/config.toml, then ~/.config/agent/config.toml).
+    #[arg(long, global = true)]
+    pub config: Option<PathBuf>,
+    /// Debug logging on stderr (or set AGENT_LOG).
+    #[arg(short, long, global = true)]
+    pub verbose: bool,
+    #[command(subcommand)]
+    pub command: Option<Command>,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run one episode headless.
+    Run(run::RunArgs),
+    /// Manage sandbox images and containers.
+    #[command(subcommand)]
+    Sandbox(sandbox::SandboxCommand),
+}
+
+/// Runs the chosen subcommand; returns the process exit code.
+pub async fn dispatch(cli: Cli) -> anyhow::Result<u8> {
+    let config = agent::config::Config::load(cli.config.as_deref())?;
+    match cli.command {
+        Some(Command::Run(args)) => run::run(args, config).await,
+        Some(Command::Sandbox(cmd)) => sandbox::run(cmd, config).await,
+        None => {
+            use clap::CommandFactory;
+            Cli::command().print_help()?;
+            eprintln!("\n(the interactive terminal UI is not built yet; use `agent run`)");
+            Ok(2)
+        }
+    }
+}

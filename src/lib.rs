@@ -1,0 +1,13 @@
+//! `agent`: a terminal coding agent whose tools all run inside Docker.
+//!
+//! The core (the episode loop in [`agent`]) talks to front ends only through the typed
+//! [`protocol`]; models sit behind [`llm::ModelBackend`]; every tool runs in a
+//! [`sandbox`] container.
+
+pub mod agent;
+pub mod config;
+pub mod llm;
+pub mod protocol;
+pub mod sandbox;
+pub mod task;
+pub mod tools;

@@ -1,0 +1,225 @@
+//! Model specs as given on the command line (`--model`) and in the config, and their
+//! resolution to a backend.
+
+use std::fmt;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use super::{LlmError, ModelBackend, OpenAiBackend, OpenAiConfig, ScriptedBackend};
+
+/// The accepted forms, for error hints.
+const FORMS: &str = "accepted forms: `default` (the built-in model), a local model directory or \
+                     GGUF file path, `hf:ORG/NAME[@REVISION]`, `openai:URL#MODEL` (e.g. \
+                     openai:http://127.0.0.1:8080/v1#Qwen/Qwen3-32B) or `scripted:FILE`";
+
+const LOCAL_HINT: &str = "local models (the built-in default, local directories and hf: ids) need the \
+                          mistral.rs backend, which is not part of this build yet; use \
+                          openai:URL#MODEL or scripted:FILE";
+
+/// Which model to use.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ModelSpec {
+    /// `scripted:FILE` – replays the replies listed in a YAML file.
+    Scripted(PathBuf),
+    /// `openai:URL#MODEL` – an OpenAI-compatible endpoint.
+    OpenAi { base_url: String, model: String },
+    /// `default` – the built-in model.
+    Default,
+    /// A local model directory or file.
+    Local(PathBuf),
+    /// `hf:ORG/NAME[@REV]` – a Hugging Face model id.
+    Hf { repo: String, revision: Option<String> },
+}
+
+fn unknown(spec: &str, hint: impl Into<String>) -> LlmError {
+    LlmError::UnknownSpec { spec: spec.to_string(), hint: hint.into() }
+}
+
+impl ModelSpec {
+    /// Parses a spec; see [`ModelSpec`] for the forms.
+    pub fn parse(spec: &str) -> Result<Self, LlmError> {
+        let s = spec.trim();
+        if s.is_empty() {
+            return Err(unknown(spec, format!("the model spec is empty; {FORMS}")));
+        }
+        if s == "default" {
+            return Ok(ModelSpec::Default);
+        }
+        if let Some(file) = s.strip_prefix("scripted:") {
+            if file.is_empty() {
+                return Err(unknown(spec, "`scripted:` needs a file, e.g. scripted:replies.yaml"));
+            }
+            return Ok(ModelSpec::Scripted(PathBuf::from(file)));
+        }
+        if let Some(rest) = s.strip_prefix("openai:") {
+            return parse_openai(spec, rest);
+        }
+        if let Some(rest) = s.strip_prefix("hf:") {
+            return parse_hf(spec, rest);
+        }
+        let path = PathBuf::from(s);
+        if path.exists() {
+            return Ok(ModelSpec::Local(path));
+        }
+        let looks_like_path = s.contains('/') || s.contains('\\') || s.starts_with('.') || s.ends_with(".gguf");
+        let hint = if looks_like_path { format!("no such file or directory; {FORMS}") } else { FORMS.to_string() };
+        Err(unknown(spec, hint))
+    }
+}
+
+fn parse_openai(spec: &str, rest: &str) -> Result<ModelSpec, LlmError> {
+    const EXAMPLE: &str = "e.g. openai:http://127.0.0.1:8080/v1#Qwen/Qwen3-32B";
+    let Some((url, model)) = rest.rsplit_once('#') else {
+        return Err(unknown(spec, format!("`openai:` needs a model name after `#`, {EXAMPLE}")));
+    };
+    let (url, model) = (url.trim(), model.trim());
+    if model.is_empty() {
+        return Err(unknown(spec, format!("`openai:` needs a model name after `#`, {EXAMPLE}")));
+    }
+    let has_host = url
+        .strip_prefix("http://")
+        .or_else(|| url.strip_prefix("https://"))
+        .is_some_and(|host| !host.is_empty() && !host.starts_with('/'));
+    if !has_host {
+        return Err(unknown(spec, format!("the URL must start with http:// or https:// and name a host, {EXAMPLE}")));
+    }
+    Ok(ModelSpec::OpenAi { base_url: url.to_string(), model: model.to_string() })
+}
+
+fn parse_hf(spec: &str, rest: &str) -> Result<ModelSpec, LlmError> {
+    const EXAMPLE: &str = "e.g. hf:Qwen/Qwen3-32B or hf:Qwen/Qwen3-32B@main";
+    let (repo, revision) = match rest.split_once('@') {
+        Some((repo, rev)) => (repo, Some(rev)),
+        None => (rest, None),
+    };
+    let valid_part =
+        |p: &str| !p.is_empty() && p.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'));
+    let repo_ok = matches!(repo.split_once('/'), Some((org, name)) if valid_part(org) && valid_part(name));
+    if !repo_ok {
+        return Err(unknown(spec, format!("`hf:` needs a repository id ORG/NAME, {EXAMPLE}")));
+    }
+    if let Some(rev) = revision {
+        if rev.is_empty() || rev.chars().any(char::is_whitespace) {
+            return Err(unknown(spec, format!("the revision after `@` is empty or not valid, {EXAMPLE}")));
+        }
+    }
+    Ok(ModelSpec::Hf { repo: repo.to_string(), revision: revision.map(str::to_string) })
+}
+
+impl fmt::Display for ModelSpec {
+    /// The spec in the form [`ModelSpec::parse`] accepts.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ModelSpec::Scripted(p) => write!(f, "scripted:{}", p.display()),
+            ModelSpec::OpenAi { base_url, model } => write!(f, "openai:{base_url}#{model}"),
+            ModelSpec::Default => f.write_str("default"),
+            ModelSpec::Local(p) => write!(f, "{}", p.display()),
+            ModelSpec::Hf { repo, revision: Some(rev) } => write!(f, "hf:{repo}@{rev}"),
+            ModelSpec::Hf { repo, revision: None } => write!(f, "hf:{repo}"),
+        }
+    }
+}
+
+impl std::str::FromStr for ModelSpec {
+    type Err = LlmError;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        ModelSpec::parse(s)
+    }
+}
+
+/// Builds the backend for a spec. `api_key_env` names the environment variable holding
+/// the API key of OpenAI-compatible endpoints.
+pub fn resolve_model(spec: &ModelSpec, api_key_env: Option<String>) -> Result<Arc<dyn ModelBackend>, LlmError> {
+    match spec {
+        ModelSpec::Scripted(path) => Ok(Arc::new(ScriptedBackend::from_file(path)?)),
+        ModelSpec::OpenAi { base_url, model } => {
+            let mut cfg = OpenAiConfig::new(base_url.clone(), model.clone());
+            cfg.api_key_env = api_key_env;
+            Ok(Arc::new(OpenAiBackend::new(cfg)?))
+        }
+        ModelSpec::Default | ModelSpec::Local(_) | ModelSpec::Hf { .. } => Err(unknown(&spec.to_string(), LOCAL_HINT)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn hint_of(e: LlmError) -> String {
+        match e {
+            LlmError::UnknownSpec { hint, .. } => hint,
+            other => panic!("expected UnknownSpec, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn parses_each_form() {
+        assert_eq!(ModelSpec::parse("default").unwrap(), ModelSpec::Default);
+        assert_eq!(ModelSpec::parse("scripted:a/b.yaml").unwrap(), ModelSpec::Scripted("a/b.yaml".into()));
+        assert_eq!(
+            ModelSpec::parse("openai:http://127.0.0.1:8080/v1#Qwen/Qwen3-32B").unwrap(),
+            ModelSpec::OpenAi { base_url: "http://127.0.0.1:8080/v1".into(), model: "Qwen/Qwen3-32B".into() }
+        );
+        // The model comes after the last `#`.
+        assert_eq!(
+            ModelSpec::parse("openai:https://h/v1#frag#m").unwrap(),
+            ModelSpec::OpenAi { base_url: "https://h/v1#frag".into(), model: "m".into() }
+        );
+        assert_eq!(
+            ModelSpec::parse("hf:Qwen/Qwen3-0.6B").unwrap(),
+            ModelSpec::Hf { repo: "Qwen/Qwen3-0.6B".into(), revision: None }
+        );
+        assert_eq!(
+            ModelSpec::parse("hf:org/name@v1.0").unwrap(),
+            ModelSpec::Hf { repo: "org/name".into(), revision: Some("v1.0".into()) }
+        );
+        let dir = std::env::temp_dir();
+        assert_eq!(ModelSpec::parse(dir.to_str().unwrap()).unwrap(), ModelSpec::Local(dir.clone()));
+    }
+
+    #[test]
+    fn display_round_trips() {
+        for s in ["default", "scripted:x.yaml", "openai:http://h:1/v1#m", "hf:a/b", "hf:a/b@rev"] {
+            assert_eq!(ModelSpec::parse(s).unwrap().to_string(), s);
+            assert_eq!(s.parse::<ModelSpec>().unwrap().to_string(), s);
+        }
+    }
+
+    #[test]
+    fn rejects_bad_specs_with_hints() {
+        assert!(hint_of(ModelSpec::parse("openai:http://h/v1").unwrap_err()).contains("e.g. openai:"));
+        assert!(hint_of(ModelSpec::parse("openai:http://h/v1#").unwrap_err()).contains("model name"));
+        assert!(hint_of(ModelSpec::parse("openai:h/v1#m").unwrap_err()).contains("http://"));
+        assert!(ModelSpec::parse("openai:http://#m").is_err());
+        assert!(ModelSpec::parse("hf:noslash").is_err());
+        assert!(ModelSpec::parse("hf:a/b/c").is_err());
+        assert!(ModelSpec::parse("hf:a/b@").is_err());
+        assert!(ModelSpec::parse("scripted:").is_err());
+        assert!(ModelSpec::parse("").is_err());
+        let hint = hint_of(ModelSpec::parse("gpt-something").unwrap_err());
+        assert!(hint.contains("openai:URL#MODEL") && hint.contains("scripted:FILE") && hint.contains("hf:"));
+        assert!(hint_of(ModelSpec::parse("./no/such/model").unwrap_err()).contains("no such file"));
+    }
+
+    #[test]
+    fn resolve_builds_or_explains() {
+        let b = resolve_model(&ModelSpec::parse("openai:http://127.0.0.1:9/v1#m").unwrap(), None).unwrap();
+        assert_eq!(b.name(), "m");
+        for spec in [ModelSpec::Default, ModelSpec::Hf { repo: "a/b".into(), revision: None }] {
+            match resolve_model(&spec, None) {
+                Err(e) => assert!(hint_of(e).contains("mistral.rs")),
+                Ok(_) => panic!("expected an error"),
+            }
+        }
+        assert!(matches!(
+            resolve_model(&ModelSpec::Scripted("/nonexistent/x.yaml".into()), None),
+            Err(LlmError::ScriptFile { .. })
+        ));
+        let key = Some("AGENT_TEST_SURELY_UNSET_KEY_VAR_5678".to_string());
+        assert!(matches!(
+            resolve_model(&ModelSpec::parse("openai:http://127.0.0.1:9/v1#m").unwrap(), key),
+            Err(LlmError::MissingApiKey { .. })
+        ));
+    }
+}

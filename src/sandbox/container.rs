@@ -1,0 +1,224 @@
+//! One labelled, resource-limited container per episode, removed on every exit path.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+
+use bollard::container::{Config, CreateContainerOptions, KillContainerOptions, RemoveContainerOptions};
+use bollard::models::HostConfig;
+use bollard::Docker;
+
+use super::error::{is_not_found, SandboxError};
+use super::prune::owner_label;
+
+/// Label holding the id of the run (one `agent` invocation, bench run or train run).
+pub const LABEL_RUN: &str = "agent.run";
+/// Label holding the id of the episode inside the run.
+pub const LABEL_EPISODE: &str = "agent.episode";
+/// Label naming the process that owns the container (`host:pid:start-ticks`).
+pub const LABEL_OWNER: &str = "agent.owner";
+
+/// PID 1 of every sandbox: it reaps orphans and, on SIGUSR1, kills every other process
+/// in the container (the last resort against fork bombs and stuck shells; `kill -1`
+/// from PID 1 spares only PID 1 itself and is a single, race-free system call).
+const INIT_SCRIPT: &str =
+    "trap 'kill -KILL -1 2>/dev/null' USR1; trap 'exit 0' TERM INT; while :; do sleep 2147483 & wait $!; done";
+
+/// Containers created by this process and not yet removed, for signal and panic paths.
+static LIVE: Mutex<Vec<String>> = Mutex::new(Vec::new());
+
+/// How to create a sandbox container.
+#[derive(Debug, Clone)]
+pub struct ContainerConfig {
+    /// Image to run (already resolved through the image map).
+    pub image: String,
+    /// Run id label.
+    pub run_id: String,
+    /// Episode id label.
+    pub episode_id: String,
+    /// CPU limit in cores.
+    pub cpus: f64,
+    /// Memory limit in bytes.
+    pub memory_bytes: i64,
+    /// Maximum number of processes.
+    pub pids_limit: i64,
+    /// Network access.
+    pub network: bool,
+    /// Working directory; the image's when `None`.
+    pub workdir: Option<String>,
+    /// `host_path:container_path` bind mounts.
+    pub binds: Vec<String>,
+    /// Extra environment variables (`KEY=VALUE`).
+    pub env: Vec<String>,
+    /// Extra `/etc/hosts` entries (`name:ip`).
+    pub extra_hosts: Vec<String>,
+    /// Container name prefix (made unique with the episode id).
+    pub name_prefix: String,
+}
+
+impl ContainerConfig {
+    /// Defaults for an image: 2 CPUs, 4 GiB, 1024 processes, network on.
+    pub fn new(image: impl Into<String>, run_id: impl Into<String>, episode_id: impl Into<String>) -> Self {
+        Self {
+            image: image.into(),
+            run_id: run_id.into(),
+            episode_id: episode_id.into(),
+            cpus: 2.0,
+            memory_bytes: 4 << 30,
+            pids_limit: 1024,
+            network: true,
+            workdir: None,
+            binds: Vec::new(),
+            env: Vec::new(),
+            extra_hosts: Vec::new(),
+            name_prefix: "agent".into(),
+        }
+    }
+}
+
+/// A running sandbox container.
+#[derive(Debug, Clone)]
+pub struct Sandbox {
+    docker: Docker,
+    id: String,
+    name: String,
+    image: String,
+    pids_limit: i64,
+}
+
+impl Sandbox {
+    /// Creates and starts a container; it is registered for clean-up until [`Sandbox::remove`].
+    pub async fn start(docker: &Docker, cfg: &ContainerConfig) -> Result<Sandbox, SandboxError> {
+        let short: String = cfg.episode_id.chars().filter(|c| c.is_ascii_alphanumeric()).take(12).collect();
+        let name = format!("{}-{}-{}", cfg.name_prefix, short, &uuid::Uuid::new_v4().simple().to_string()[..6]);
+        let labels = HashMap::from([
+            (LABEL_RUN.to_string(), cfg.run_id.clone()),
+            (LABEL_EPISODE.to_string(), cfg.episode_id.clone()),
+            (LABEL_OWNER.to_string(), owner_label()),
+        ]);
+        let host_config = HostConfig {
+            nano_cpus: Some((cfg.cpus * 1e9) as i64),
+            memory: Some(cfg.memory_bytes),
+            memory_swap: Some(cfg.memory_bytes),
+            pids_limit: Some(cfg.pids_limit),
+            security_opt: Some(vec!["no-new-privileges:true".into()]),
+            // Docker's default set minus what an agent never needs.
+            cap_drop: Some(
+                ["NET_RAW", "MKNOD", "SETFCAP", "AUDIT_WRITE", "SYS_CHROOT", "SETPCAP"].map(String::from).to_vec(),
+            ),
+            network_mode: Some(if cfg.network { "bridge".into() } else { "none".into() }),
+            binds: (!cfg.binds.is_empty()).then(|| cfg.binds.clone()),
+            extra_hosts: (!cfg.extra_hosts.is_empty()).then(|| cfg.extra_hosts.clone()),
+            ..Default::default()
+        };
+        let config = Config {
+            image: Some(cfg.image.clone()),
+            entrypoint: Some(vec!["/bin/sh".into(), "-c".into()]),
+            cmd: Some(vec![INIT_SCRIPT.into()]),
+            labels: Some(labels),
+            working_dir: cfg.workdir.clone(),
+            env: Some(cfg.env.clone()),
+            open_stdin: Some(false),
+            tty: Some(false),
+            network_disabled: Some(!cfg.network),
+            host_config: Some(host_config),
+            ..Default::default()
+        };
+        let created = docker
+            .create_container(Some(CreateContainerOptions { name: name.clone(), platform: None }), config)
+            .await
+            .map_err(|e| {
+                if is_not_found(&e) {
+                    SandboxError::ImageMissing {
+                        image: cfg.image.clone(),
+                        hint: "build it first (`agent sandbox base` makes the default one) or map it in the config's [image_map]".into(),
+                    }
+                } else {
+                    SandboxError::docker(format!("create a container from `{}`", cfg.image), e)
+                }
+            })?;
+        register(&created.id);
+        let sandbox = Sandbox {
+            docker: docker.clone(),
+            id: created.id,
+            name,
+            image: cfg.image.clone(),
+            pids_limit: cfg.pids_limit,
+        };
+        if let Err(e) = docker.start_container::<String>(&sandbox.id, None).await {
+            let err = SandboxError::docker(format!("start the container from `{}`", cfg.image), e);
+            sandbox.remove().await;
+            return Err(err);
+        }
+        Ok(sandbox)
+    }
+
+    /// The container id.
+    pub fn id(&self) -> &str {
+        &self.id
+    }
+
+    /// The container name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The image it runs.
+    pub fn image(&self) -> &str {
+        &self.image
+    }
+
+    /// The process limit of the container.
+    pub fn pids_limit(&self) -> i64 {
+        self.pids_limit
+    }
+
+    /// The engine client.
+    pub fn docker(&self) -> &Docker {
+        &self.docker
+    }
+
+    /// Kills every process in the container except PID 1 (see `INIT_SCRIPT`).
+    pub async fn kill_all_processes(&self) -> Result<(), SandboxError> {
+        self.docker
+            .kill_container(&self.id, Some(KillContainerOptions { signal: "USR1" }))
+            .await
+            .map_err(|e| SandboxError::docker("signal the sandbox's init process", e))
+    }
+
+    /// Removes the container (forced, with its anonymous volumes). Never fails: a
+    /// container that is already gone is fine, other errors are logged.
+    pub async fn remove(&self) {
+        remove_container(&self.docker, &self.id).await;
+    }
+}
+
+async fn remove_container(docker: &Docker, id: &str) {
+    let opts = RemoveContainerOptions { force: true, v: true, ..Default::default() };
+    match docker.remove_container(id, Some(opts)).await {
+        Ok(()) => {}
+        Err(e) if is_not_found(&e) => {}
+        Err(e) => tracing::warn!("could not remove container {id}: {e}"),
+    }
+    unregister(id);
+}
+
+fn register(id: &str) {
+    if let Ok(mut live) = LIVE.lock() {
+        live.push(id.to_string());
+    }
+}
+
+fn unregister(id: &str) {
+    if let Ok(mut live) = LIVE.lock() {
+        live.retain(|x| x != id);
+    }
+}
+
+/// Removes every container this process created and has not removed yet (signal,
+/// error and panic paths call this before exiting).
+pub async fn cleanup_registered(docker: &Docker) {
+    let ids: Vec<String> = LIVE.lock().map(|l| l.clone()).unwrap_or_default();
+    for id in ids {
+        remove_container(docker, &id).await;
+    }
+}

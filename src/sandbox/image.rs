@@ -1,0 +1,445 @@
+//! Images without a registry: the Debian base image (debootstrap + import), stand-ins
+//! for Terminal-Bench base images, the image map, and task Dockerfile builds.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use bollard::image::{BuildImageOptions, CreateImageOptions};
+use bollard::Docker;
+use futures_util::StreamExt;
+use serde::{Deserialize, Serialize};
+
+use super::error::{describe_bollard, is_not_found, SandboxError};
+
+/// Tag of the local Debian base image.
+pub const BASE_IMAGE: &str = "agent-base:bookworm";
+
+/// Packages of the base image (the minimum the tools and task verifiers need).
+const BASE_PACKAGES: &[&str] = &[
+    "bash",
+    "coreutils",
+    "procps",
+    "python3",
+    "python3-pytest",
+    "python3-pip",
+    "python3-venv",
+    "python-is-python3",
+    "tmux",
+    "git",
+    "curl",
+    "ca-certificates",
+    "less",
+    "xz-utils",
+];
+
+/// Options of `agent sandbox base`.
+#[derive(Debug, Clone)]
+pub struct BaseImageOptions {
+    pub tag: String,
+    pub suite: String,
+    pub mirror: String,
+    pub force: bool,
+}
+
+impl Default for BaseImageOptions {
+    fn default() -> Self {
+        Self {
+            tag: BASE_IMAGE.into(),
+            suite: "bookworm".into(),
+            mirror: "http://deb.debian.org/debian".into(),
+            force: false,
+        }
+    }
+}
+
+/// Whether an image exists in the engine.
+pub async fn image_exists(docker: &Docker, image: &str) -> Result<bool, SandboxError> {
+    match docker.inspect_image(image).await {
+        Ok(_) => Ok(true),
+        Err(e) if is_not_found(&e) => Ok(false),
+        Err(e) => Err(SandboxError::docker(format!("inspect the image `{image}`"), e)),
+    }
+}
+
+/// Builds the base image with debootstrap and imports it; skips when the tag exists
+/// unless `force`. Returns false when it was skipped.
+pub async fn build_base_image(
+    docker: &Docker,
+    opts: &BaseImageOptions,
+    progress: &mut (dyn FnMut(&str) + Send),
+) -> Result<bool, SandboxError> {
+    if !opts.force && image_exists(docker, &opts.tag).await? {
+        progress(&format!("{} exists; nothing to do (--force rebuilds it)", opts.tag));
+        return Ok(false);
+    }
+    let debootstrap = which("debootstrap").ok_or_else(|| {
+        SandboxError::BaseImage(
+            "debootstrap is not installed; install it with `apt-get install debootstrap` (scripts/setup.sh does this)"
+                .into(),
+        )
+    })?;
+    let work = tempfile::Builder::new()
+        .prefix("agent-base-")
+        .tempdir_in(std::env::var_os("TMPDIR").map(PathBuf::from).unwrap_or_else(|| "/var/tmp".into()))
+        .map_err(|e| SandboxError::Io { context: "create a temporary directory for debootstrap".into(), source: e })?;
+    let root = work.path().join("rootfs");
+    progress(&format!("debootstrap {} from {} (a few minutes) ...", opts.suite, opts.mirror));
+    let status = tokio::process::Command::new(&debootstrap)
+        .arg("--variant=minbase")
+        .arg(format!("--include={}", BASE_PACKAGES.join(",")))
+        .arg(&opts.suite)
+        .arg(&root)
+        .arg(&opts.mirror)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .output()
+        .await
+        .map_err(|e| SandboxError::Io { context: "run debootstrap".into(), source: e })?;
+    if !status.status.success() {
+        let err = String::from_utf8_lossy(&status.stderr);
+        let tail: Vec<&str> = err.lines().rev().take(5).collect();
+        let mut log_hint = String::new();
+        if let Ok(log) = std::fs::read_to_string(root.join("debootstrap/debootstrap.log")) {
+            log_hint = log.lines().rev().take(5).collect::<Vec<_>>().join(" | ");
+        }
+        return Err(SandboxError::BaseImage(format!(
+            "debootstrap failed ({}): {} {}",
+            status.status,
+            tail.into_iter().rev().collect::<Vec<_>>().join(" | "),
+            log_hint
+        )));
+    }
+    for dir in ["var/cache/apt/archives", "var/lib/apt/lists"] {
+        let d = root.join(dir);
+        if let Ok(entries) = std::fs::read_dir(&d) {
+            for e in entries.flatten() {
+                if e.path().is_file() {
+                    let _ = std::fs::remove_file(e.path());
+                }
+            }
+        }
+    }
+    progress("packing the root file system ...");
+    let tar = tokio::process::Command::new("tar")
+        .args(["--numeric-owner", "--xattrs", "-C"])
+        .arg(&root)
+        .args(["-cf", "-", "."])
+        .stderr(std::process::Stdio::piped())
+        .output()
+        .await
+        .map_err(|e| SandboxError::Io { context: "run tar on the debootstrap tree".into(), source: e })?;
+    if !tar.status.success() {
+        return Err(SandboxError::BaseImage(format!(
+            "tar failed: {}",
+            String::from_utf8_lossy(&tar.stderr).lines().next().unwrap_or_default()
+        )));
+    }
+    progress(&format!("importing {} MB as {} ...", tar.stdout.len() >> 20, opts.tag));
+    let (repo, tag) = opts.tag.rsplit_once(':').unwrap_or((opts.tag.as_str(), "latest"));
+    let changes = vec![
+        "ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+        "ENV LANG=C.UTF-8",
+        "ENV PIP_BREAK_SYSTEM_PACKAGES=1",
+        "CMD [\"bash\"]",
+    ];
+    let mut stream = docker.create_image(
+        Some(CreateImageOptions { from_src: "-", repo, tag, changes, ..Default::default() }),
+        Some(bytes::Bytes::from(tar.stdout)),
+        None,
+    );
+    while let Some(item) = stream.next().await {
+        item.map_err(|e| SandboxError::BaseImage(format!("docker import failed: {}", describe_bollard(&e))))?;
+    }
+    progress(&format!("built {}", opts.tag));
+    Ok(true)
+}
+
+fn which(bin: &str) -> Option<PathBuf> {
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path)
+        .chain(["/usr/sbin", "/sbin"].map(PathBuf::from))
+        .map(|d| d.join(bin))
+        .find(|p| p.is_file())
+}
+
+/// Substitutions for images that cannot be pulled: pattern (`*` matches any run of
+/// characters) to local image.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct ImageMap(pub BTreeMap<String, String>);
+
+impl ImageMap {
+    /// The configured substitute for `image`, if any.
+    pub fn lookup(&self, image: &str) -> Option<&str> {
+        self.0.iter().find(|(pat, _)| glob_match(pat, image)).map(|(_, v)| v.as_str())
+    }
+}
+
+fn glob_match(pattern: &str, text: &str) -> bool {
+    let parts: Vec<&str> = pattern.split('*').collect();
+    if parts.len() == 1 {
+        return pattern == text;
+    }
+    let mut rest = text;
+    for (i, part) in parts.iter().enumerate() {
+        if i == 0 {
+            let Some(r) = rest.strip_prefix(part) else { return false };
+            rest = r;
+        } else if i == parts.len() - 1 {
+            return rest.ends_with(part);
+        } else {
+            let Some(at) = rest.find(part) else { return false };
+            rest = &rest[at + part.len()..];
+        }
+    }
+    true
+}
+
+/// Built-in stand-ins for Terminal-Bench base images: (pattern, local tag, description).
+const TB_STANDINS: &[(&str, &str, &str)] = &[
+    (
+        "ghcr.io/laude-institute/t-bench/python-3-13:*",
+        "agent-tb-python-3-13:local",
+        "Debian bookworm with its Python 3.11, pip, pytest and tmux, WORKDIR /app",
+    ),
+    (
+        "ghcr.io/laude-institute/t-bench/ubuntu-24-04:*",
+        "agent-tb-ubuntu-24-04:local",
+        "Debian bookworm (not Ubuntu) with Python 3, tmux, WORKDIR /app",
+    ),
+];
+
+/// Resolves `image` to something the engine has: a configured substitute, the image
+/// itself when present or pullable, or a built-in stand-in (built on demand).
+/// `notice` is told about every substitution.
+pub async fn resolve_image(
+    docker: &Docker,
+    map: &ImageMap,
+    image: &str,
+    notice: &mut (dyn FnMut(String) + Send),
+) -> Result<String, SandboxError> {
+    if let Some(sub) = map.lookup(image) {
+        notice(format!("image map: using `{sub}` for `{image}`"));
+        return Ok(sub.to_string());
+    }
+    if image_exists(docker, image).await? {
+        return Ok(image.to_string());
+    }
+    let pull_error = match try_pull(docker, image).await {
+        Ok(()) => return Ok(image.to_string()),
+        Err(e) => e,
+    };
+    if let Some((_, tag, what)) = TB_STANDINS.iter().find(|(pat, _, _)| glob_match(pat, image)) {
+        if !image_exists(docker, tag).await? {
+            build_standin(docker, tag).await?;
+        }
+        notice(format!(
+            "`{image}` cannot be pulled ({pull_error}); using the local stand-in `{tag}` ({what}), built from {BASE_IMAGE}"
+        ));
+        return Ok(tag.to_string());
+    }
+    Err(SandboxError::ImageMissing {
+        image: image.to_string(),
+        hint: format!("it is not present locally and cannot be pulled ({pull_error}); build it locally or map it to a local image in the config's [image_map]"),
+    })
+}
+
+async fn try_pull(docker: &Docker, image: &str) -> Result<(), String> {
+    let (name, tag) = split_tag(image);
+    let pull = async {
+        let mut stream =
+            docker.create_image(Some(CreateImageOptions { from_image: name, tag, ..Default::default() }), None, None);
+        while let Some(item) = stream.next().await {
+            item.map_err(|e| describe_bollard(&e))?;
+        }
+        Ok::<(), String>(())
+    };
+    match tokio::time::timeout(Duration::from_secs(120), pull).await {
+        Ok(r) => r,
+        Err(_) => Err("the pull timed out".into()),
+    }
+}
+
+fn split_tag(image: &str) -> (&str, &str) {
+    match image.rsplit_once(':') {
+        Some((name, tag)) if !tag.contains('/') => (name, tag),
+        _ => (image, "latest"),
+    }
+}
+
+async fn build_standin(docker: &Docker, tag: &str) -> Result<(), SandboxError> {
+    if !image_exists(docker, BASE_IMAGE).await? {
+        return Err(SandboxError::ImageMissing {
+            image: BASE_IMAGE.into(),
+            hint: "run `agent sandbox base` first (it builds the local Debian image the stand-ins start from)".into(),
+        });
+    }
+    let dockerfile = format!("FROM {BASE_IMAGE}\nENV PIP_BREAK_SYSTEM_PACKAGES=1\nWORKDIR /app\n");
+    let mut files = BTreeMap::new();
+    files.insert("Dockerfile".to_string(), dockerfile.into_bytes());
+    build_from_files(docker, tag, &files, &mut |_| {}).await
+}
+
+/// Builds `tag` from an in-memory context.
+async fn build_from_files(
+    docker: &Docker,
+    tag: &str,
+    files: &BTreeMap<String, Vec<u8>>,
+    log: &mut (dyn FnMut(&str) + Send),
+) -> Result<(), SandboxError> {
+    let mut builder = tar::Builder::new(Vec::new());
+    for (name, data) in files {
+        let mut header = tar::Header::new_gnu();
+        header.set_size(data.len() as u64);
+        header.set_mode(0o644);
+        builder
+            .append_data(&mut header, name, data.as_slice())
+            .map_err(|e| SandboxError::ImageBuild { image: tag.into(), reason: e.to_string() })?;
+    }
+    let context =
+        builder.into_inner().map_err(|e| SandboxError::ImageBuild { image: tag.into(), reason: e.to_string() })?;
+    run_build(docker, tag, "Dockerfile", context, log).await
+}
+
+async fn run_build(
+    docker: &Docker,
+    tag: &str,
+    dockerfile: &str,
+    context: Vec<u8>,
+    log: &mut (dyn FnMut(&str) + Send),
+) -> Result<(), SandboxError> {
+    let opts = BuildImageOptions::<String> {
+        dockerfile: dockerfile.into(),
+        t: tag.into(),
+        rm: true,
+        forcerm: true,
+        labels: HashMap::from([("agent.image".to_string(), "1".to_string())]),
+        ..Default::default()
+    };
+    let mut stream = docker.build_image(opts, None, Some(context.into()));
+    let mut recent: Vec<String> = Vec::new();
+    while let Some(item) = stream.next().await {
+        match item {
+            Ok(info) => {
+                if let Some(s) = info.stream.as_deref() {
+                    for line in s.lines().filter(|l| !l.trim().is_empty()) {
+                        log(line);
+                        recent.push(line.to_string());
+                        if recent.len() > 8 {
+                            recent.remove(0);
+                        }
+                    }
+                }
+                if let Some(err) = info.error {
+                    return Err(SandboxError::ImageBuild {
+                        image: tag.into(),
+                        reason: format!("{err} (last build output: {})", recent.join(" | ")),
+                    });
+                }
+            }
+            Err(e) => {
+                return Err(SandboxError::ImageBuild {
+                    image: tag.into(),
+                    reason: format!("{} (last build output: {})", describe_bollard(&e), recent.join(" | ")),
+                })
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Builds a task's Dockerfile with every `FROM` image resolved through
+/// [`resolve_image`]; returns the tag built.
+pub async fn build_task_image(
+    docker: &Docker,
+    map: &ImageMap,
+    context_dir: &Path,
+    dockerfile: &Path,
+    tag: &str,
+    notice: &mut (dyn FnMut(String) + Send),
+    log: &mut (dyn FnMut(&str) + Send),
+) -> Result<String, SandboxError> {
+    let io = |context: String| move |e| SandboxError::Io { context, source: e };
+    let text = std::fs::read_to_string(dockerfile).map_err(io(format!("read {}", dockerfile.display())))?;
+    let mut stages: Vec<String> = Vec::new();
+    let mut rewritten = String::with_capacity(text.len());
+    for line in text.lines() {
+        let trimmed = line.trim_start();
+        if trimmed.len() >= 5 && trimmed[..5].eq_ignore_ascii_case("FROM ") {
+            let words: Vec<&str> = trimmed[5..].split_whitespace().collect();
+            let flags: Vec<&str> = words.iter().copied().take_while(|w| w.starts_with("--")).collect();
+            let Some(image) = words.get(flags.len()).copied() else {
+                return Err(SandboxError::ImageBuild {
+                    image: tag.into(),
+                    reason: format!("{}: a FROM line names no image", dockerfile.display()),
+                });
+            };
+            let rest = &words[flags.len() + 1..];
+            let resolved = if stages.iter().any(|s| s == image) || image == "scratch" {
+                image.to_string()
+            } else {
+                resolve_image(docker, map, image, notice).await?
+            };
+            if let [as_kw, name] = rest {
+                if as_kw.eq_ignore_ascii_case("as") {
+                    stages.push(name.to_string());
+                }
+            }
+            let mut new_line = String::from("FROM ");
+            for f in flags.iter().filter(|f| !f.starts_with("--platform")) {
+                new_line.push_str(f);
+                new_line.push(' ');
+            }
+            new_line.push_str(&resolved);
+            for w in rest {
+                new_line.push(' ');
+                new_line.push_str(w);
+            }
+            rewritten.push_str(&new_line);
+        } else {
+            rewritten.push_str(line);
+        }
+        rewritten.push('\n');
+    }
+    let mut builder = tar::Builder::new(Vec::new());
+    builder.follow_symlinks(false);
+    builder
+        .append_dir_all(".", context_dir)
+        .map_err(io(format!("pack the build context {}", context_dir.display())))?;
+    let name = "Dockerfile.agent-resolved";
+    let mut header = tar::Header::new_gnu();
+    header.set_size(rewritten.len() as u64);
+    header.set_mode(0o644);
+    builder.append_data(&mut header, name, rewritten.as_bytes()).map_err(io("pack the rewritten Dockerfile".into()))?;
+    let context = builder.into_inner().map_err(io("pack the build context".into()))?;
+    run_build(docker, tag, name, context, log).await?;
+    Ok(tag.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn glob_patterns() {
+        assert!(glob_match("ghcr.io/x/python-3-13:*", "ghcr.io/x/python-3-13:20250620"));
+        assert!(!glob_match("ghcr.io/x/python-3-13:*", "ghcr.io/x/ubuntu:1"));
+        assert!(glob_match("a*c*e", "abcde"));
+        assert!(glob_match("exact", "exact"));
+        assert!(!glob_match("exact", "exactly"));
+    }
+
+    #[test]
+    fn tags_split_off_registry_ports_correctly() {
+        assert_eq!(split_tag("localhost:5000/img"), ("localhost:5000/img", "latest"));
+        assert_eq!(split_tag("debian:bookworm"), ("debian", "bookworm"));
+    }
+
+    #[test]
+    fn image_map_lookup() {
+        let map = ImageMap(BTreeMap::from([("python:*".to_string(), "local-py".to_string())]));
+        assert_eq!(map.lookup("python:3.13-slim"), Some("local-py"));
+        assert_eq!(map.lookup("debian"), None);
+    }
+}

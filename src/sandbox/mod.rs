@@ -1,0 +1,25 @@
+//! Docker sandboxes through bollard: one container per episode, a persistent shell in
+//! it, byte-exact file operations, local images without any registry, and clean-up of
+//! every container a run creates.
+
+mod container;
+mod docker;
+mod error;
+mod exec;
+mod files;
+mod image;
+mod output;
+mod prune;
+mod shell;
+
+pub use container::{cleanup_registered, ContainerConfig, Sandbox, LABEL_EPISODE, LABEL_OWNER, LABEL_RUN};
+pub use docker::connect;
+pub use error::SandboxError;
+pub use exec::{exec_capture, ExecOutput};
+pub use files::{resolve_path, FileData, FileKind, MAX_FILE_BYTES};
+pub use image::{
+    build_base_image, build_task_image, image_exists, resolve_image, BaseImageOptions, ImageMap, BASE_IMAGE,
+};
+pub use output::{sanitize, OutputCollector};
+pub use prune::{prune, remove_run, PruneScope};
+pub use shell::{shell_quote, CommandResult, Shell};

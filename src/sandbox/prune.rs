@@ -1,0 +1,112 @@
+//! Finding and removing containers left behind by crashed runs.
+
+use std::collections::HashMap;
+
+use bollard::container::{ListContainersOptions, RemoveContainerOptions};
+use bollard::Docker;
+
+use super::container::{LABEL_OWNER, LABEL_RUN};
+use super::error::SandboxError;
+
+/// Which sandbox containers to remove.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PruneScope {
+    /// Containers of this host whose owning process is gone (crashed or killed runs).
+    Orphaned,
+    /// Every container labelled by `agent`, whoever owns it.
+    All,
+}
+
+/// `host:pid:start-ticks` of this process: pid reuse cannot make a dead owner look alive.
+pub fn owner_label() -> String {
+    let pid = std::process::id();
+    format!("{}:{}:{}", hostname(), pid, process_start_ticks(pid).unwrap_or(0))
+}
+
+fn hostname() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|s| s.trim().to_string())
+        .unwrap_or_else(|_| "unknown".into())
+}
+
+/// Field 22 of `/proc/PID/stat`: start time in clock ticks since boot.
+fn process_start_ticks(pid: u32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let rest = &stat[stat.rfind(')')? + 2..];
+    rest.split_whitespace().nth(19)?.parse().ok()
+}
+
+/// True when the owner label names a process of this host that is still running.
+fn owner_alive(owner: &str) -> bool {
+    let mut parts = owner.rsplitn(3, ':');
+    let (Some(start), Some(pid), Some(host)) = (parts.next(), parts.next(), parts.next()) else {
+        return false;
+    };
+    if host != hostname() {
+        // Another host's run: never ours to judge.
+        return true;
+    }
+    let (Ok(pid), Ok(start)) = (pid.parse::<u32>(), start.parse::<u64>()) else {
+        return false;
+    };
+    process_start_ticks(pid) == Some(start)
+}
+
+/// Removes sandbox containers in `scope`; returns the names removed.
+pub async fn prune(docker: &Docker, scope: PruneScope) -> Result<Vec<String>, SandboxError> {
+    let filters = HashMap::from([("label".to_string(), vec![LABEL_RUN.to_string()])]);
+    let list = docker
+        .list_containers(Some(ListContainersOptions { all: true, filters, ..Default::default() }))
+        .await
+        .map_err(|e| SandboxError::docker("list sandbox containers", e))?;
+    let mut removed = Vec::new();
+    for c in list {
+        let Some(id) = c.id else { continue };
+        let owner = c.labels.as_ref().and_then(|l| l.get(LABEL_OWNER)).cloned().unwrap_or_default();
+        if scope == PruneScope::Orphaned && owner_alive(&owner) {
+            continue;
+        }
+        let opts = RemoveContainerOptions { force: true, v: true, ..Default::default() };
+        match docker.remove_container(&id, Some(opts)).await {
+            Ok(()) => {
+                let name = c.names.and_then(|n| n.first().cloned()).unwrap_or(id);
+                removed.push(name.trim_start_matches('/').to_string());
+            }
+            Err(e) => tracing::warn!("could not remove leftover container {id}: {e}"),
+        }
+    }
+    Ok(removed)
+}
+
+/// Removes every container labelled with `run_id`; returns how many were removed.
+pub async fn remove_run(docker: &Docker, run_id: &str) -> Result<usize, SandboxError> {
+    let filters = HashMap::from([("label".to_string(), vec![format!("{LABEL_RUN}={run_id}")])]);
+    let list = docker
+        .list_containers(Some(ListContainersOptions { all: true, filters, ..Default::default() }))
+        .await
+        .map_err(|e| SandboxError::docker("list the run's containers", e))?;
+    let mut n = 0;
+    for c in list {
+        let Some(id) = c.id else { continue };
+        let opts = RemoveContainerOptions { force: true, v: true, ..Default::default() };
+        if docker.remove_container(&id, Some(opts)).await.is_ok() {
+            n += 1;
+        }
+    }
+    Ok(n)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn this_process_is_alive_and_a_dead_pid_is_not() {
+        assert!(owner_alive(&owner_label()));
+        let h = hostname();
+        assert!(!owner_alive(&format!("{h}:{}:1", std::process::id())));
+        assert!(!owner_alive(&format!("{h}:999999999:1")));
+        assert!(!owner_alive("garbage"));
+        assert!(owner_alive("some-other-host:1:1"));
+    }
+}

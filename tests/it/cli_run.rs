@@ -1,0 +1,162 @@
+//! `agent run` end to end: the real binary, a real engine, a scripted model.
+
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::support;
+
+fn events(stdout: std::process::ChildStdout) -> impl Iterator<Item = serde_json::Value> {
+    BufReader::new(stdout).lines().map_while(Result::ok).filter_map(|l| serde_json::from_str(&l).ok())
+}
+
+#[test]
+fn hello_world_task_with_a_scripted_model_finishes_and_cleans_up() {
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(support::docker());
+    let dir = tempfile::tempdir().unwrap();
+    // The second reply streams slowly so the test can look into the container
+    // before the episode ends.
+    let script = support::script(
+        &dir,
+        "hello.yaml",
+        r#"
+- |
+  I'll create the file.
+  <bash>
+  cmd: echo "Hello, world!" > hello.txt
+  </bash>
+- reply: |
+    <bash>
+    cmd: cat hello.txt
+    </bash>
+  delay_ms: 3000
+- |
+  <finish>
+  message: Created hello.txt with the greeting.
+  </finish>
+"#,
+    );
+    let traj = dir.path().join("traj.jsonl");
+    let mut child = Command::new(support::agent_bin())
+        .args(["run", "--json", "--task"])
+        .arg(support::tb1_task("hello-world"))
+        .arg("--model")
+        .arg(format!("scripted:{}", script.display()))
+        .arg("--trajectory")
+        .arg(&traj)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .unwrap();
+    let mut container = String::new();
+    let mut run_id = String::new();
+    let mut verified = false;
+    let mut end = None;
+    for ev in events(child.stdout.take().unwrap()) {
+        match ev["event"].as_str() {
+            Some("session_configured") => {
+                container = ev["container"].as_str().unwrap().to_string();
+                run_id = ev["run_id"].as_str().unwrap().to_string();
+            }
+            Some("tool_call_end") if ev["call_id"] == "1.1" => {
+                assert_eq!(ev["exit_code"], 0, "{ev}");
+                // Verify inside the live container, before the episode removes it.
+                let out = Command::new("docker").args(["exec", &container, "cat", "/app/hello.txt"]).output().unwrap();
+                assert_eq!(String::from_utf8_lossy(&out.stdout), "Hello, world!\n");
+                verified = true;
+            }
+            Some("episode_end") => end = Some(ev.clone()),
+            _ => {}
+        }
+    }
+    let status = child.wait().unwrap();
+    assert!(verified, "the file was never checked in the container");
+    let end = end.expect("no episode_end event");
+    assert_eq!(end["reason"], "finished");
+    assert_eq!(status.code(), Some(0));
+    assert!(
+        support::containers_of_run(&run_id).is_empty(),
+        "containers left: {:?}",
+        support::containers_of_run(&run_id)
+    );
+    assert!(support::containers_named(&container).is_empty());
+    let lines: Vec<serde_json::Value> =
+        std::fs::read_to_string(&traj).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert_eq!(lines.first().unwrap()["type"], "episode_start");
+    assert_eq!(lines.last().unwrap()["type"], "episode_end");
+    let turns: Vec<&serde_json::Value> = lines.iter().filter(|l| l["type"] == "turn").collect();
+    assert_eq!(turns.len(), 3);
+    assert_eq!(turns[1]["observations"][0]["observation"].as_str().map(|s| s.contains("Hello, world!")), Some(true));
+}
+
+fn signal_mid_episode(sig: i32) {
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(support::docker());
+    let dir = tempfile::tempdir().unwrap();
+    let script = support::script(&dir, "s.yaml", "- \"<bash>\\ncmd: sleep 300\\n</bash>\"\n");
+    let mut child = Command::new(support::agent_bin())
+        .args(["run", "--json", "--no-network", "--model"])
+        .arg(format!("scripted:{}", script.display()))
+        .arg("sleep a while")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .unwrap();
+    let mut container = String::new();
+    let mut run_id = String::new();
+    let mut evs = events(child.stdout.take().unwrap());
+    for ev in evs.by_ref() {
+        if ev["event"] == "session_configured" {
+            container = ev["container"].as_str().unwrap().to_string();
+            run_id = ev["run_id"].as_str().unwrap().to_string();
+        }
+        if ev["event"] == "tool_call_begin" {
+            break;
+        }
+    }
+    assert_eq!(support::containers_named(&container).len(), 1);
+    std::thread::sleep(Duration::from_millis(300));
+    let t = Instant::now();
+    // SAFETY: plain kill(2) on our own child's pid.
+    unsafe {
+        libc::kill(child.id() as i32, sig);
+    }
+    for _ in evs {}
+    let status = child.wait().unwrap();
+    eprintln!("exit after signal {sig}: {status:?} in {:?}", t.elapsed());
+    assert_eq!(status.code(), Some(128 + sig));
+    assert!(support::containers_of_run(&run_id).is_empty(), "left behind: {container}");
+}
+
+#[test]
+fn sigint_mid_episode_leaves_no_container() {
+    signal_mid_episode(libc::SIGINT);
+}
+
+#[test]
+fn sigterm_mid_episode_leaves_no_container() {
+    signal_mid_episode(libc::SIGTERM);
+}
+
+#[test]
+fn turn_limit_ends_with_a_nonzero_exit() {
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(support::docker());
+    let dir = tempfile::tempdir().unwrap();
+    let script = support::script(
+        &dir,
+        "s.yaml",
+        "- \"<bash>\\ncmd: echo one\\n</bash>\"\n- \"<bash>\\ncmd: echo two\\n</bash>\"\n",
+    );
+    let out = Command::new(support::agent_bin())
+        .args(["run", "--no-network", "--max-turns", "2", "--model"])
+        .arg(format!("scripted:{}", script.display()))
+        .arg("count")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{stdout}");
+    assert!(stdout.contains("the turn limit was reached"), "{stdout}");
+    assert!(stdout.contains("$ echo two"), "{stdout}");
+}

@@ -1,0 +1,11 @@
+//! The one integration-test binary (each extra binary would re-link everything).
+
+mod support;
+
+mod cli_errors;
+mod cli_run;
+mod episode_loop;
+mod llm_openai;
+mod sandbox_files;
+mod sandbox_lifecycle;
+mod sandbox_shell;

@@ -1,0 +1,94 @@
+//! Shared helpers: the Docker engine, the base image, sandboxes that clean up after
+//! themselves, and the real `agent` binary.
+
+use std::path::PathBuf;
+use std::process::Command;
+
+use agent::sandbox::{self, ContainerConfig, Sandbox, Shell, BASE_IMAGE};
+use bollard::Docker;
+use tokio::sync::OnceCell;
+
+static BASE_READY: OnceCell<()> = OnceCell::const_new();
+
+/// A connected engine client, with the base image present (built once if missing).
+pub async fn docker() -> Docker {
+    let docker = sandbox::connect().await.expect("these tests need a running Docker engine");
+    BASE_READY
+        .get_or_init(|| async {
+            let d = sandbox::connect().await.expect("docker");
+            let opts = sandbox::BaseImageOptions::default();
+            sandbox::build_base_image(&d, &opts, &mut |l| eprintln!("[base image] {l}"))
+                .await
+                .expect("cannot build the base image (scripts/setup.sh installs debootstrap)");
+        })
+        .await;
+    docker
+}
+
+/// A sandbox removed when dropped, even if the test panics.
+pub struct TestSandbox(pub Sandbox);
+
+impl Drop for TestSandbox {
+    fn drop(&mut self) {
+        let _ = Command::new("docker").args(["rm", "-f", "-v", self.0.id()]).output();
+    }
+}
+
+impl std::ops::Deref for TestSandbox {
+    type Target = Sandbox;
+    fn deref(&self) -> &Sandbox {
+        &self.0
+    }
+}
+
+/// Starts a base-image sandbox with the given process limit.
+pub async fn sandbox_with(pids: i64, network: bool) -> TestSandbox {
+    let docker = docker().await;
+    let mut cfg = ContainerConfig::new(BASE_IMAGE, format!("it-{}", uuid::Uuid::new_v4().simple()), "it");
+    cfg.pids_limit = pids;
+    cfg.network = network;
+    cfg.name_prefix = "agent-it".into();
+    TestSandbox(Sandbox::start(&docker, &cfg).await.expect("start a sandbox"))
+}
+
+/// A default sandbox and a shell in it.
+pub async fn shell() -> (TestSandbox, Shell) {
+    let sb = sandbox_with(256, false).await;
+    let shell = Shell::start(&sb, 16 * 1024).await.expect("start the shell");
+    (sb, shell)
+}
+
+/// The `agent` binary built for this test run.
+pub fn agent_bin() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_agent"))
+}
+
+/// The shared Terminal-Bench tasks (`../shared/tb1-tasks`).
+pub fn tb1_task(name: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../shared/tb1-tasks").join(name)
+}
+
+/// Names of containers (all states) whose name contains `name`.
+pub fn containers_named(name: &str) -> Vec<String> {
+    let out = Command::new("docker")
+        .args(["ps", "-a", "--filter", &format!("name={name}"), "--format", "{{.Names}}"])
+        .output()
+        .expect("docker ps");
+    String::from_utf8_lossy(&out.stdout).lines().map(str::to_string).filter(|l| !l.is_empty()).collect()
+}
+
+/// Names of containers labelled with this run id.
+pub fn containers_of_run(run_id: &str) -> Vec<String> {
+    let out = Command::new("docker")
+        .args(["ps", "-a", "--filter", &format!("label=agent.run={run_id}"), "--format", "{{.Names}}"])
+        .output()
+        .expect("docker ps");
+    String::from_utf8_lossy(&out.stdout).lines().map(str::to_string).filter(|l| !l.is_empty()).collect()
+}
+
+/// Writes a scripted-model file and returns its path (kept alive by the TempDir).
+pub fn script(dir: &tempfile::TempDir, name: &str, yaml: &str) -> PathBuf {
+    let p = dir.path().join(name);
+    std::fs::write(&p, yaml).expect("write script");
+    p
+}
