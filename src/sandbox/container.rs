@@ -185,6 +185,17 @@ impl Sandbox {
             .map_err(|e| SandboxError::docker("signal the sandbox's init process", e))
     }
 
+    /// How many processes run in the container now (from the engine's statistics).
+    pub async fn process_count(&self) -> Option<u64> {
+        use futures_util::StreamExt;
+        let opts = bollard::container::StatsOptions { stream: false, one_shot: true };
+        let mut stats = self.docker.stats(&self.id, Some(opts));
+        match tokio::time::timeout(std::time::Duration::from_secs(5), stats.next()).await {
+            Ok(Some(Ok(s))) => s.pids_stats.current,
+            _ => None,
+        }
+    }
+
     /// Removes the container (forced, with its anonymous volumes). Never fails: a
     /// container that is already gone is fine, other errors are logged.
     pub async fn remove(&self) {

@@ -220,6 +220,11 @@ impl Shell {
         }
         let deadline = started + timeout;
         let mut ending = self.read_until_marker(&nonce, &mut collector, deadline, cancel, on_output).await?;
+        // Text about failed forks may just be output (a log being printed): reset only
+        // when the process limit is really exhausted.
+        while matches!(ending, Ending::ForkFailure) && !Self::process_limit_exhausted(&self.sandbox).await {
+            ending = self.read_until_marker(&nonce, &mut collector, deadline, cancel, on_output).await?;
+        }
         if matches!(ending, Ending::Deadline | Ending::Cancelled) {
             result.timed_out = matches!(ending, Ending::Deadline);
             result.interrupted = matches!(ending, Ending::Cancelled);
@@ -353,6 +358,15 @@ impl Shell {
                 tracing::debug!("kill helper failed: {e}");
                 false
             }
+        }
+    }
+
+    /// True when the container runs (nearly) as many processes as it may.
+    async fn process_limit_exhausted(sandbox: &Sandbox) -> bool {
+        let limit = sandbox.pids_limit();
+        match sandbox.process_count().await {
+            Some(n) => n as i64 + 4 >= limit,
+            None => true,
         }
     }
 

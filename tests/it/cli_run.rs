@@ -53,8 +53,13 @@ fn hello_world_task_with_a_scripted_model_finishes_and_cleans_up() {
     let mut run_id = String::new();
     let mut verified = false;
     let mut end = None;
+    let mut standin_notice = false;
     for ev in events(child.stdout.take().unwrap()) {
         match ev["event"].as_str() {
+            Some("notice") => {
+                let m = ev["message"].as_str().unwrap_or_default();
+                standin_notice |= m.contains("cannot be pulled") && m.contains("stand-in");
+            }
             Some("session_configured") => {
                 container = ev["container"].as_str().unwrap().to_string();
                 run_id = ev["run_id"].as_str().unwrap().to_string();
@@ -72,6 +77,7 @@ fn hello_world_task_with_a_scripted_model_finishes_and_cleans_up() {
     }
     let status = child.wait().unwrap();
     assert!(verified, "the file was never checked in the container");
+    assert!(standin_notice, "the run should say that it substituted the Terminal-Bench base image");
     let end = end.expect("no episode_end event");
     assert_eq!(end["reason"], "finished");
     assert_eq!(status.code(), Some(0));

@@ -63,3 +63,33 @@ async fn prune_removes_containers_of_killed_runs() {
     assert!(String::from_utf8_lossy(&out.stdout).contains(&container));
     assert!(support::containers_named(&container).is_empty(), "prune left {container}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn base_image_has_the_promised_tools() {
+    let sb = support::sandbox_with(256, false).await;
+    let docker = support::docker().await;
+    let script = "for b in bash python3 tmux ps git curl timeout; do command -v $b >/dev/null || echo missing $b; done; python3 -m pytest --version";
+    let out = agent::sandbox::exec_capture(
+        &docker,
+        sb.id(),
+        &["bash", "-c", script],
+        None,
+        std::time::Duration::from_secs(60),
+        1 << 16,
+    )
+    .await
+    .unwrap();
+    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert_eq!(out.exit_code, Some(0), "{text}");
+    assert!(!text.contains("missing"), "{text}");
+    assert!(text.contains("pytest"), "{text}");
+}
+
+#[test]
+fn sandbox_base_is_idempotent() {
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(support::docker());
+    let out = Command::new(support::agent_bin()).args(["sandbox", "base"]).output().unwrap();
+    assert!(out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("nothing to do"), "{}", String::from_utf8_lossy(&out.stderr));
+}

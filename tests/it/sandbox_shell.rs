@@ -139,3 +139,13 @@ async fn command_text_with_heredocs_and_quotes_runs_verbatim() {
     let r = run(&mut sh, cmd, 10).await;
     assert_eq!(r.output, "it's \"quoted\" $HOME `x`\n\ttab\n");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fork_failure_text_in_ordinary_output_is_just_output() {
+    let (_sb, mut sh) = support::shell().await;
+    run(&mut sh, "cd /tmp && export K=v", 10).await;
+    let r = run(&mut sh, "echo 'bash: fork: retry: Resource temporarily unavailable'; sleep 1; echo still-here $K", 20)
+        .await;
+    assert!(r.notice.is_none(), "{r:?}");
+    assert!(r.output.ends_with("still-here v\n"), "{r:?}");
+}
