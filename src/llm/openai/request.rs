@@ -1,0 +1,136 @@
+//! One HTTP exchange: the JSON body of a chat request, sending it, and the handling of
+//! the response status before the reply is read.
+
+use std::time::Duration;
+
+use serde_json::{Map, Value};
+use tokio_util::sync::CancellationToken;
+
+use super::collector::Collector;
+use super::retry::{trim_body, Failure};
+use super::OpenAiBackend;
+use crate::llm::{ChatRequest, ChatResponse, FinishReason, LlmError};
+
+/// Longest wait a `Retry-After` header can impose.
+const MAX_RETRY_AFTER: Duration = Duration::from_secs(60);
+
+impl OpenAiBackend {
+    /// The JSON body of a request.
+    pub(super) fn request_body(&self, request: &ChatRequest) -> Value {
+        let mut body = Map::new();
+        body.insert("model".into(), Value::String(self.cfg.model.clone()));
+        let messages = request
+            .messages
+            .iter()
+            .map(|m| {
+                let mut msg = Map::new();
+                msg.insert("role".into(), serde_json::to_value(m.role).unwrap_or(Value::Null));
+                msg.insert("content".into(), Value::String(m.content.clone()));
+                Value::Object(msg)
+            })
+            .collect();
+        body.insert("messages".into(), Value::Array(messages));
+        let s = &request.sampling;
+        if let Some(n) = s.max_tokens {
+            body.insert("max_tokens".into(), n.into());
+        }
+        if let Some(t) = s.temperature {
+            body.insert("temperature".into(), f32_json(t));
+        }
+        if let Some(p) = s.top_p {
+            body.insert("top_p".into(), f32_json(p));
+        }
+        if let Some(k) = s.top_k {
+            body.insert("top_k".into(), k.into());
+        }
+        if let Some(seed) = s.seed {
+            body.insert("seed".into(), seed.into());
+        }
+        if !s.stop.is_empty() {
+            body.insert("stop".into(), s.stop.clone().into());
+        }
+        if self.cfg.return_token_ids {
+            body.insert("return_token_ids".into(), true.into());
+        }
+        if self.cfg.stream {
+            body.insert("stream".into(), true.into());
+            let mut opts = Map::new();
+            opts.insert("include_usage".into(), true.into());
+            body.insert("stream_options".into(), Value::Object(opts));
+        } else {
+            body.insert("stream".into(), false.into());
+        }
+        Value::Object(body)
+    }
+
+    /// One HTTP exchange. Cancellation yields `Ok` with [`FinishReason::Cancelled`].
+    pub(super) async fn attempt(
+        &self,
+        body: &Value,
+        prompt_estimate: u64,
+        on_delta: &mut (dyn FnMut(&str) + Send),
+        cancel: &CancellationToken,
+    ) -> Result<ChatResponse, Failure> {
+        let out = Collector::new(prompt_estimate);
+        let mut rb = self.client.post(&self.url).json(body);
+        if let Some(key) = &self.api_key {
+            rb = rb.bearer_auth(key);
+        }
+        if self.cfg.stream {
+            rb = rb.header(reqwest::header::ACCEPT, "text/event-stream");
+        }
+        let sent = tokio::select! {
+            biased;
+            _ = cancel.cancelled() => return Ok(out.finish(FinishReason::Cancelled, on_delta)),
+            r = tokio::time::timeout(self.cfg.idle_timeout, rb.send()) => r,
+        };
+        let resp = match sent {
+            Err(_) => return Err(Failure::Fatal(self.timeout_error())),
+            Ok(Err(e)) => return Err(self.transport_failure(&e, false)),
+            Ok(Ok(resp)) => resp,
+        };
+        let status = resp.status();
+        if !status.is_success() {
+            let retry_after = resp
+                .headers()
+                .get(reqwest::header::RETRY_AFTER)
+                .and_then(|v| v.to_str().ok())
+                .and_then(|v| v.trim().parse::<u64>().ok())
+                .map(|s| Duration::from_secs(s).min(MAX_RETRY_AFTER));
+            let text = tokio::select! {
+                biased;
+                _ = cancel.cancelled() => return Ok(out.finish(FinishReason::Cancelled, on_delta)),
+                r = tokio::time::timeout(self.cfg.idle_timeout, resp.text()) => r,
+            };
+            let text = match text {
+                Ok(Ok(t)) => t,
+                _ => String::new(),
+            };
+            let mut body = trim_body(&text);
+            if status.as_u16() == 404 {
+                body.push_str(" (check the URL: it usually ends in /v1)");
+            }
+            let error = LlmError::Http { url: self.url.clone(), status: status.as_u16(), body };
+            return Err(if status.as_u16() == 429 || status.is_server_error() {
+                Failure::Retryable { error, retry_after }
+            } else {
+                Failure::Fatal(error)
+            });
+        }
+        let is_sse = resp
+            .headers()
+            .get(reqwest::header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|v| v.to_ascii_lowercase().contains("text/event-stream"));
+        if is_sse {
+            self.read_stream(resp, out, on_delta, cancel).await
+        } else {
+            self.read_whole(resp, out, on_delta, cancel).await
+        }
+    }
+}
+
+/// An f32 as the JSON number it reads as (0.7, not 0.699999988079071).
+pub(super) fn f32_json(x: f32) -> Value {
+    x.to_string().parse::<f64>().ok().and_then(serde_json::Number::from_f64).map(Value::Number).unwrap_or(Value::Null)
+}
