@@ -1,0 +1,48 @@
+//! `agent serve`: the local model behind an OpenAI-compatible API.
+
+use anyhow::Context;
+use clap::Args;
+
+use agent::config::Config;
+use agent::llm::{resolve_model, ModelSpec};
+
+use super::signals::Signals;
+
+/// Arguments of `agent serve`.
+#[derive(Debug, Args)]
+pub struct ServeArgs {
+    /// Model spec (as for `agent run`).
+    #[arg(long)]
+    pub model: Option<String>,
+    /// Address to listen on.
+    #[arg(long, default_value = "127.0.0.1")]
+    pub host: String,
+    /// Port (0 picks a free one; the address is printed).
+    #[arg(long, default_value_t = 8080)]
+    pub port: u16,
+    /// The model id clients see in `/v1/models` (default: the spec).
+    #[arg(long)]
+    pub model_id: Option<String>,
+}
+
+/// Serves until SIGINT/SIGTERM.
+pub async fn run(args: ServeArgs, config: Config) -> anyhow::Result<u8> {
+    let mut signals = Signals::install().context("cannot install signal handlers")?;
+    let spec_text = args.model.clone().or(config.model.clone()).unwrap_or_else(|| "default".into());
+    let spec = ModelSpec::parse(&spec_text)?;
+    let backend = resolve_model(&spec, config.api_key_env.clone())?;
+    let model_id = args.model_id.clone().unwrap_or_else(|| backend.name());
+    let listener = tokio::net::TcpListener::bind((args.host.as_str(), args.port))
+        .await
+        .with_context(|| format!("cannot listen on {}:{}", args.host, args.port))?;
+    let addr = listener.local_addr().context("cannot read the bound address")?;
+    println!("listening on http://{addr}/v1 (model {model_id})");
+    let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+    let server = tokio::spawn(agent::serve::serve(listener, backend, model_id, async move {
+        let _ = rx.await;
+    }));
+    let sig = signals.recv().await;
+    let _ = tx.send(());
+    server.await.context("the server task failed")?.context("the server failed")?;
+    Ok(Signals::exit_code(sig))
+}
