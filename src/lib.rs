@@ -7,7 +7,9 @@
 pub mod agent;
 pub mod config;
 pub mod llm;
+pub mod models;
 pub mod protocol;
 pub mod sandbox;
+pub mod serve;
 pub mod task;
 pub mod tools;

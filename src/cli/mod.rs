@@ -1,8 +1,10 @@
 //! Subcommands. Each is a client of the library; none reaches into the loop.
 
+mod model;
 mod print;
 mod run;
 mod sandbox;
+mod serve;
 mod signals;
 
 use std::path::PathBuf;
@@ -27,9 +29,14 @@ pub struct Cli {
 pub enum Command {
     /// Run one episode headless.
     Run(run::RunArgs),
+    /// Serve a model over an OpenAI-compatible HTTP API.
+    Serve(serve::ServeArgs),
     /// Manage sandbox images and containers.
     #[command(subcommand)]
     Sandbox(sandbox::SandboxCommand),
+    /// Fetch the default model; write a tiny random Qwen3 for tests.
+    #[command(subcommand)]
+    Model(model::ModelCommand),
 }
 
 /// Runs the chosen subcommand; returns the process exit code.
@@ -38,6 +45,8 @@ pub async fn dispatch(cli: Cli) -> anyhow::Result<u8> {
     match cli.command {
         Some(Command::Run(args)) => run::run(args, config).await,
         Some(Command::Sandbox(cmd)) => sandbox::run(cmd, config).await,
+        Some(Command::Serve(args)) => serve::run(args, config).await,
+        Some(Command::Model(cmd)) => model::run(cmd).await,
         None => {
             use clap::CommandFactory;
             Cli::command().print_help()?;

@@ -9,3 +9,4 @@ mod llm_openai;
 mod sandbox_files;
 mod sandbox_lifecycle;
 mod sandbox_shell;
+mod serve;
