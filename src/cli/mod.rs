@@ -39,6 +39,27 @@ pub enum Command {
     Model(model::ModelCommand),
 }
 
+/// Settings of local (mistral.rs) models, shared by `run` and `serve`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct LocalArgs {
+    /// In-situ quantisation of safetensors models (e.g. Q4K, Q8_0).
+    #[arg(long)]
+    pub isq: Option<String>,
+    /// Keep a local model on the CPU even when a GPU is present.
+    #[arg(long)]
+    pub cpu: bool,
+    /// Turn Qwen3-style thinking off (`--think false`) or on.
+    #[arg(long)]
+    pub think: Option<bool>,
+}
+
+impl LocalArgs {
+    /// The library's options.
+    pub fn options(&self) -> agent::llm::LocalModelOptions {
+        agent::llm::LocalModelOptions { isq: self.isq.clone(), force_cpu: self.cpu, thinking: self.think }
+    }
+}
+
 /// Runs the chosen subcommand; returns the process exit code.
 pub async fn dispatch(cli: Cli) -> anyhow::Result<u8> {
     let config = agent::config::Config::load(cli.config.as_deref())?;

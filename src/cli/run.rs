@@ -8,7 +8,7 @@ use clap::Args;
 
 use agent::agent::{spawn_session, system_prompt, SessionConfig, ToolExecutor};
 use agent::config::Config;
-use agent::llm::{resolve_model, ModelSpec};
+use agent::llm::{resolve_model, ModelSpec, ResolveOptions};
 use agent::protocol::{ApprovalMode, EndReason, Op};
 use agent::sandbox::{self, ContainerConfig, Sandbox, Shell};
 use agent::task::Task;
@@ -45,6 +45,9 @@ pub struct RunArgs {
     /// Run the container without network access.
     #[arg(long)]
     pub no_network: bool,
+    /// Local model settings.
+    #[command(flatten)]
+    pub local: super::LocalArgs,
     /// The instruction (required unless --task gives one).
     pub instruction: Vec<String>,
 }
@@ -58,7 +61,6 @@ pub async fn run(args: RunArgs, config: Config) -> anyhow::Result<u8> {
     // Everything that can fail on bad input is checked before a container exists.
     let spec_text = args.model.clone().or(config.model.clone()).unwrap_or_else(|| "default".into());
     let spec = ModelSpec::parse(&spec_text)?;
-    let model = resolve_model(&spec, config.api_key_env.clone())?;
     let task = args.task.as_deref().map(Task::load).transpose()?;
     let instruction = if args.instruction.is_empty() {
         task.as_ref()
@@ -69,6 +71,10 @@ pub async fn run(args: RunArgs, config: Config) -> anyhow::Result<u8> {
     };
     let mut printer = Printer::new(args.json);
     let docker = sandbox::connect().await?;
+    // The engine is checked first: loading a local model takes a while.
+    let resolve =
+        ResolveOptions { api_key_env: config.api_key_env.clone(), local: args.local.options(), progress: !args.json };
+    let model = resolve_model(&spec, &resolve).await?;
     if let Ok(removed) = sandbox::prune(&docker, sandbox::PruneScope::Orphaned).await {
         if !removed.is_empty() {
             printer.notice(&format!("removed {} container(s) left by crashed runs", removed.len()));

@@ -4,7 +4,7 @@ use anyhow::Context;
 use clap::Args;
 
 use agent::config::Config;
-use agent::llm::{resolve_model, ModelSpec};
+use agent::llm::{resolve_model, ModelSpec, ResolveOptions};
 
 use super::signals::Signals;
 
@@ -20,6 +20,9 @@ pub struct ServeArgs {
     /// Port (0 picks a free one; the address is printed).
     #[arg(long, default_value_t = 8080)]
     pub port: u16,
+    /// Local model settings.
+    #[command(flatten)]
+    pub local: super::LocalArgs,
     /// The model id clients see in `/v1/models` (default: the spec).
     #[arg(long)]
     pub model_id: Option<String>,
@@ -30,7 +33,9 @@ pub async fn run(args: ServeArgs, config: Config) -> anyhow::Result<u8> {
     let mut signals = Signals::install().context("cannot install signal handlers")?;
     let spec_text = args.model.clone().or(config.model.clone()).unwrap_or_else(|| "default".into());
     let spec = ModelSpec::parse(&spec_text)?;
-    let backend = resolve_model(&spec, config.api_key_env.clone())?;
+    let resolve =
+        ResolveOptions { api_key_env: config.api_key_env.clone(), local: args.local.options(), progress: true };
+    let backend = resolve_model(&spec, &resolve).await?;
     let model_id = args.model_id.clone().unwrap_or_else(|| backend.name());
     let listener = tokio::net::TcpListener::bind((args.host.as_str(), args.port))
         .await

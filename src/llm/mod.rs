@@ -1,14 +1,16 @@
 //! Model backends behind one trait: an OpenAI-compatible HTTP client and a scripted
 //! replayer for tests and demos (local mistral.rs inference plugs in here too).
 
+mod local;
 mod openai;
 mod scripted;
 mod spec;
 mod sse;
 
+pub use local::{LocalBackend, LocalModelOptions};
 pub use openai::{OpenAiBackend, OpenAiConfig};
 pub use scripted::ScriptedBackend;
-pub use spec::{resolve_model, ModelSpec};
+pub use spec::{resolve_model, ModelSpec, ResolveOptions};
 
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};

@@ -5,16 +5,26 @@ use std::fmt;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use super::{LlmError, ModelBackend, OpenAiBackend, OpenAiConfig, ScriptedBackend};
+use super::{LlmError, LocalBackend, LocalModelOptions, ModelBackend, OpenAiBackend, OpenAiConfig, ScriptedBackend};
+
+/// The default model when a GPU is present.
+const GPU_DEFAULT: &str = "Qwen/Qwen3-32B";
+
+/// How to build a backend from a spec.
+#[derive(Debug, Clone, Default)]
+pub struct ResolveOptions {
+    /// Name of the environment variable with the API key of `openai:` models.
+    pub api_key_env: Option<String>,
+    /// Loading options of local models.
+    pub local: LocalModelOptions,
+    /// Show a progress bar while the default model downloads.
+    pub progress: bool,
+}
 
 /// The accepted forms, for error hints.
 const FORMS: &str = "accepted forms: `default` (the built-in model), a local model directory or \
                      GGUF file path, `hf:ORG/NAME[@REVISION]`, `openai:URL#MODEL` (e.g. \
                      openai:http://127.0.0.1:8080/v1#Qwen/Qwen3-32B) or `scripted:FILE`";
-
-const LOCAL_HINT: &str = "local models (the built-in default, local directories and hf: ids) need the \
-                          mistral.rs backend, which is not part of this build yet; use \
-                          openai:URL#MODEL or scripted:FILE";
 
 /// Which model to use.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -128,17 +138,30 @@ impl std::str::FromStr for ModelSpec {
     }
 }
 
-/// Builds the backend for a spec. `api_key_env` names the environment variable holding
-/// the API key of OpenAI-compatible endpoints.
-pub fn resolve_model(spec: &ModelSpec, api_key_env: Option<String>) -> Result<Arc<dyn ModelBackend>, LlmError> {
+/// Builds the backend for a spec; local models load here (the default is downloaded
+/// first if it is not cached).
+pub async fn resolve_model(spec: &ModelSpec, opts: &ResolveOptions) -> Result<Arc<dyn ModelBackend>, LlmError> {
     match spec {
         ModelSpec::Scripted(path) => Ok(Arc::new(ScriptedBackend::from_file(path)?)),
         ModelSpec::OpenAi { base_url, model } => {
             let mut cfg = OpenAiConfig::new(base_url.clone(), model.clone());
-            cfg.api_key_env = api_key_env;
+            cfg.api_key_env = opts.api_key_env.clone();
             Ok(Arc::new(OpenAiBackend::new(cfg)?))
         }
-        ModelSpec::Default | ModelSpec::Local(_) | ModelSpec::Hf { .. } => Err(unknown(&spec.to_string(), LOCAL_HINT)),
+        ModelSpec::Default => {
+            if LocalBackend::gpu_available() {
+                // With a CUDA build and a GPU, the default is the large model.
+                return Ok(Arc::new(LocalBackend::load_hub(GPU_DEFAULT, None, &opts.local).await?));
+            }
+            let path = crate::models::default_model::ensure_default_model(opts.progress)
+                .await
+                .map_err(|e| LlmError::Other(format!("cannot get the built-in default model: {e}")))?;
+            Ok(Arc::new(LocalBackend::load(&path, &opts.local).await?))
+        }
+        ModelSpec::Local(path) => Ok(Arc::new(LocalBackend::load(path, &opts.local).await?)),
+        ModelSpec::Hf { repo, revision } => {
+            Ok(Arc::new(LocalBackend::load_hub(repo, revision.as_deref(), &opts.local).await?))
+        }
     }
 }
 
@@ -202,24 +225,25 @@ mod tests {
         assert!(hint_of(ModelSpec::parse("./no/such/model").unwrap_err()).contains("no such file"));
     }
 
-    #[test]
-    fn resolve_builds_or_explains() {
-        let b = resolve_model(&ModelSpec::parse("openai:http://127.0.0.1:9/v1#m").unwrap(), None).unwrap();
+    #[tokio::test]
+    async fn resolve_builds_or_explains() {
+        let opts = ResolveOptions::default();
+        let b = resolve_model(&ModelSpec::parse("openai:http://127.0.0.1:9/v1#m").unwrap(), &opts).await.unwrap();
         assert_eq!(b.name(), "m");
-        for spec in [ModelSpec::Default, ModelSpec::Hf { repo: "a/b".into(), revision: None }] {
-            match resolve_model(&spec, None) {
-                Err(e) => assert!(hint_of(e).contains("mistral.rs")),
-                Ok(_) => panic!("expected an error"),
-            }
-        }
         assert!(matches!(
-            resolve_model(&ModelSpec::Scripted("/nonexistent/x.yaml".into()), None),
+            resolve_model(&ModelSpec::Scripted("/nonexistent/x.yaml".into()), &opts).await,
             Err(LlmError::ScriptFile { .. })
         ));
-        let key = Some("AGENT_TEST_SURELY_UNSET_KEY_VAR_5678".to_string());
+        let keyed = ResolveOptions { api_key_env: Some("AGENT_TEST_SURELY_UNSET_KEY_VAR_5678".into()), ..opts.clone() };
         assert!(matches!(
-            resolve_model(&ModelSpec::parse("openai:http://127.0.0.1:9/v1#m").unwrap(), key),
+            resolve_model(&ModelSpec::parse("openai:http://127.0.0.1:9/v1#m").unwrap(), &keyed).await,
             Err(LlmError::MissingApiKey { .. })
         ));
+        let dir = tempfile::tempdir().unwrap();
+        match resolve_model(&ModelSpec::Local(dir.path().to_path_buf()), &opts).await {
+            Err(LlmError::UnknownSpec { hint, .. }) => assert!(hint.contains("config.json"), "{hint}"),
+            Err(other) => panic!("unexpected error {other}"),
+            Ok(_) => panic!("an empty directory is not a model"),
+        }
     }
 }

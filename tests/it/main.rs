@@ -6,6 +6,7 @@ mod cli_errors;
 mod cli_run;
 mod episode_loop;
 mod llm_openai;
+mod local_model;
 mod models;
 mod sandbox_files;
 mod sandbox_lifecycle;

@@ -1,0 +1,237 @@
+//! Local inference through mistral.rs: a GGUF file or a safetensors directory, on CUDA
+//! when built with the `cuda` feature and a GPU is present, else on the CPU.
+
+use std::path::Path;
+use std::time::Instant;
+
+use async_trait::async_trait;
+use mistralrs::{
+    GgufModelBuilder, IsqType, Model, RequestBuilder, Response, TextMessageRole, TextModelBuilder, TokenSource,
+};
+use tokio_util::sync::CancellationToken;
+
+use super::{estimate_tokens, ChatRequest, ChatResponse, FinishReason, LlmError, ModelBackend, Role};
+use crate::protocol::TokenUsage;
+
+/// How to load a local model.
+#[derive(Debug, Clone, Default)]
+pub struct LocalModelOptions {
+    /// In-situ quantisation of a safetensors model (e.g. `Q4K`, `Q8_0`).
+    pub isq: Option<String>,
+    /// Stay on the CPU even when a GPU is available.
+    pub force_cpu: bool,
+    /// Qwen3-style thinking: `Some(false)` disables it in the chat template.
+    pub thinking: Option<bool>,
+}
+
+/// A model running in this process through mistral.rs.
+pub struct LocalBackend {
+    model: Model,
+    name: String,
+    thinking: Option<bool>,
+}
+
+fn load_error(path: &Path, e: impl std::fmt::Display) -> LlmError {
+    LlmError::Other(format!("cannot load the model at {}: {}", path.display(), one_line(&e.to_string())))
+}
+
+fn one_line(s: &str) -> String {
+    s.lines().map(str::trim).filter(|l| !l.is_empty()).collect::<Vec<_>>().join("; ")
+}
+
+impl LocalBackend {
+    /// Loads a `.gguf` file or a directory holding `config.json` and safetensors, with
+    /// no network access (no token, no hub).
+    pub async fn load(path: &Path, opts: &LocalModelOptions) -> Result<Self, LlmError> {
+        let name = path.file_name().map(|n| n.to_string_lossy().to_string()).unwrap_or_else(|| "local".into());
+        let model = if path.is_file() {
+            let dir = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+            let file = path.file_name().map(|f| f.to_string_lossy().to_string()).unwrap_or_default();
+            let mut b = GgufModelBuilder::new(dir.to_string_lossy(), vec![file]).with_token_source(TokenSource::None);
+            if opts.force_cpu {
+                b = b.with_force_cpu();
+            }
+            b.build().await.map_err(|e| load_error(path, e))?
+        } else if path.join("config.json").is_file() {
+            let mut b = TextModelBuilder::new(path.to_string_lossy()).with_token_source(TokenSource::None);
+            if let Some(isq) = &opts.isq {
+                b = b.with_isq(parse_isq(isq)?);
+            }
+            if opts.force_cpu {
+                b = b.with_force_cpu();
+            }
+            b.build().await.map_err(|e| load_error(path, e))?
+        } else {
+            return Err(LlmError::UnknownSpec {
+                spec: path.display().to_string(),
+                hint: "a local model is a .gguf file or a directory with config.json and *.safetensors".into(),
+            });
+        };
+        Ok(Self { model, name, thinking: opts.thinking })
+    }
+
+    /// Loads `repo` from the Hugging Face hub cache, downloading what is missing
+    /// (`HF_HUB_OFFLINE=1` uses a filled cache with no network).
+    pub async fn load_hub(repo: &str, revision: Option<&str>, opts: &LocalModelOptions) -> Result<Self, LlmError> {
+        let mut b = TextModelBuilder::new(repo);
+        if let Some(rev) = revision {
+            b = b.with_hf_revision(rev);
+        }
+        if let Some(isq) = &opts.isq {
+            b = b.with_isq(parse_isq(isq)?);
+        }
+        if opts.force_cpu {
+            b = b.with_force_cpu();
+        }
+        let model = b.build().await.map_err(|e| load_error(Path::new(repo), e))?;
+        Ok(Self { model, name: repo.to_string(), thinking: opts.thinking })
+    }
+
+    /// True when this build can use a GPU and one is present.
+    pub fn gpu_available() -> bool {
+        #[cfg(feature = "cuda")]
+        {
+            mistralrs::best_device(false).map(|d| d.is_cuda()).unwrap_or(false)
+        }
+        #[cfg(not(feature = "cuda"))]
+        {
+            false
+        }
+    }
+
+    fn request(&self, request: &ChatRequest) -> RequestBuilder {
+        let mut b = RequestBuilder::new();
+        for m in &request.messages {
+            let role = match m.role {
+                Role::System => TextMessageRole::System,
+                Role::User => TextMessageRole::User,
+                Role::Assistant => TextMessageRole::Assistant,
+            };
+            b = b.add_message(role, &m.content);
+        }
+        let s = &request.sampling;
+        // The deterministic sampler resets every sampling field (the max length too), so
+        // it goes first and everything else is set after it.
+        if s.temperature.is_some_and(|t| t <= 0.0) {
+            b = b.set_deterministic_sampler();
+        } else if let Some(t) = s.temperature {
+            b = b.set_sampler_temperature(f64::from(t));
+        }
+        if let Some(n) = s.max_tokens {
+            b = b.set_sampler_max_len(n as usize);
+        }
+        if let Some(p) = s.top_p {
+            b = b.set_sampler_topp(f64::from(p));
+        }
+        if let Some(k) = s.top_k {
+            b = b.set_sampler_topk(k as usize);
+        }
+        if !s.stop.is_empty() {
+            b = b.set_sampler_stop_toks(mistralrs::StopTokens::Seqs(s.stop.clone()));
+        }
+        if let Some(t) = self.thinking {
+            b = b.enable_thinking(t);
+        }
+        b
+    }
+}
+
+fn parse_isq(s: &str) -> Result<IsqType, LlmError> {
+    mistralrs::parse_isq_value(s, None).map_err(|e| LlmError::Other(format!("unknown ISQ type `{s}`: {e}")))
+}
+
+#[async_trait]
+impl ModelBackend for LocalBackend {
+    fn name(&self) -> String {
+        self.name.clone()
+    }
+
+    async fn chat(
+        &self,
+        request: &ChatRequest,
+        on_delta: &mut (dyn for<'s> FnMut(&'s str) + Send),
+        cancel: &CancellationToken,
+    ) -> Result<ChatResponse, LlmError> {
+        let builder = self.request(request);
+        let mut stream =
+            self.model.stream_chat_request(builder).await.map_err(|e| {
+                LlmError::Other(format!("mistral.rs rejected the request: {}", one_line(&e.to_string())))
+            })?;
+        let mut text = String::new();
+        let mut usage = None;
+        let mut finish = FinishReason::Other;
+        let mut first_token: Option<Instant> = None;
+        let mut decode_speed = None;
+        loop {
+            // Dropping the stream makes the engine cancel the sequence at its next step.
+            let next = tokio::select! {
+                biased;
+                _ = cancel.cancelled() => {
+                    finish = FinishReason::Cancelled;
+                    break;
+                }
+                next = stream.next() => next,
+            };
+            match next {
+                Some(Response::Chunk(chunk)) => {
+                    if let Some(u) = &chunk.usage {
+                        usage = Some(TokenUsage {
+                            prompt_tokens: u.prompt_tokens as u64,
+                            completion_tokens: u.completion_tokens as u64,
+                        });
+                        decode_speed = Some(f64::from(u.avg_compl_tok_per_sec));
+                    }
+                    for choice in &chunk.choices {
+                        if let Some(piece) = choice.delta.content.as_deref().filter(|p| !p.is_empty()) {
+                            first_token.get_or_insert_with(Instant::now);
+                            text.push_str(piece);
+                            on_delta(piece);
+                        }
+                        if let Some(reason) = &choice.finish_reason {
+                            finish = match reason.as_str() {
+                                "stop" => FinishReason::Stop,
+                                "length" => FinishReason::Length,
+                                "canceled" | "cancelled" => FinishReason::Cancelled,
+                                _ => FinishReason::Other,
+                            };
+                        }
+                    }
+                    if chunk.choices.iter().any(|c| c.finish_reason.is_some()) && usage.is_some() {
+                        break;
+                    }
+                }
+                Some(Response::Done(done)) => {
+                    usage = Some(TokenUsage {
+                        prompt_tokens: done.usage.prompt_tokens as u64,
+                        completion_tokens: done.usage.completion_tokens as u64,
+                    });
+                    break;
+                }
+                Some(Response::ModelError(msg, _)) | Some(Response::CompletionModelError(msg, _)) => {
+                    return Err(LlmError::Other(format!("the model failed while generating: {}", one_line(&msg))))
+                }
+                Some(Response::InternalError(e)) | Some(Response::ValidationError(e)) => {
+                    return Err(LlmError::Other(format!("mistral.rs failed: {}", one_line(&e.to_string()))))
+                }
+                Some(_) => {}
+                None => break,
+            }
+        }
+        drop(stream);
+        let usage = usage.unwrap_or_else(|| TokenUsage {
+            prompt_tokens: request.messages.iter().map(|m| estimate_tokens(&m.content)).sum(),
+            completion_tokens: estimate_tokens(&text),
+        });
+        if decode_speed.is_none() {
+            decode_speed = first_token.map(|t| usage.completion_tokens as f64 / t.elapsed().as_secs_f64().max(1e-3));
+        }
+        Ok(ChatResponse {
+            text,
+            finish_reason: finish,
+            usage,
+            completion_token_ids: None,
+            prompt_token_ids: None,
+            decode_tokens_per_sec: decode_speed,
+        })
+    }
+}
