@@ -1,12 +1,17 @@
 #!/usr/bin/env bash
-# Everything a fresh machine needs, idempotently: debootstrap (for the base image),
-# tmux (for the terminal tests), the release build, and the local base image.
+# Everything a fresh machine needs, idempotently: debootstrap (for the base image), tmux
+# (for the terminal tests), cmake/clang/libclang (llama.cpp is built from source), the
+# build, and the local base image.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source scripts/env.sh
 
 need=()
-command -v debootstrap >/dev/null 2>&1 || [ -x /usr/sbin/debootstrap ] || need+=(debootstrap)
-command -v tmux >/dev/null 2>&1 || need+=(tmux)
+if command -v dpkg-query >/dev/null 2>&1; then
+  for pkg in debootstrap tmux cmake clang libclang-dev libgomp1; do
+    dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q 'install ok installed' || need+=("$pkg")
+  done
+fi
 if [ ${#need[@]} -gt 0 ]; then
   echo "● installing ${need[*]} from Debian's mirror"
   if [ "$(id -u)" -ne 0 ]; then SUDO=sudo; else SUDO=; fi
@@ -19,9 +24,5 @@ if ! docker info >/dev/null 2>&1; then
   exit 1
 fi
 
-# A persistent target directory, when the machine has one, saves most of the build.
-if [ -z "${CARGO_TARGET_DIR:-}" ] && [ -d /var/cache/agent-target ]; then
-  export CARGO_TARGET_DIR=/var/cache/agent-target
-fi
 cargo build --quiet --bin agent
-"${CARGO_TARGET_DIR:-target}/debug/agent" sandbox base
+"$AGENT_BIN" sandbox base

@@ -6,6 +6,7 @@
 
 pub mod agent;
 pub mod config;
+pub mod judge;
 pub mod llm;
 pub mod models;
 pub mod protocol;

@@ -64,6 +64,13 @@ pub fn spawn_session(
     specs: ToolSpecs,
     executor: ToolExecutor,
 ) -> SessionHandle {
+    let mut cfg = cfg;
+    if let Some(window) = model.context_window() {
+        // The loop estimates prompt sizes from their bytes, so a tenth of the window is
+        // kept as a margin; a reply may take at most a quarter of it.
+        cfg.limits.context_tokens = cfg.limits.context_tokens.min(window * 9 / 10);
+        cfg.limits.max_reply_tokens = cfg.limits.max_reply_tokens.min(u32::try_from(window / 4).unwrap_or(u32::MAX));
+    }
     let (op_tx, op_rx) = unbounded_channel();
     let (ev_tx, ev_rx) = unbounded_channel();
     let session = Session::new(cfg, model, specs, executor, op_rx, ev_tx);

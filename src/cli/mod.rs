@@ -1,6 +1,8 @@
 //! Subcommands. Each is a client of the library; none reaches into the loop.
 
+mod judge_eval;
 mod model;
+mod model_bench;
 mod print;
 mod run;
 mod sandbox;
@@ -34,14 +36,30 @@ pub enum Command {
     /// Manage sandbox images and containers.
     #[command(subcommand)]
     Sandbox(sandbox::SandboxCommand),
-    /// Fetch the default model; write a tiny random Qwen3 for tests.
+    /// Rank judge models on the hand-made trajectory suite (assets/judge-eval).
+    #[command(name = "judge-eval")]
+    JudgeEval(judge_eval::JudgeEvalArgs),
+    /// Fetch the default model, write a tiny random Qwen3 for tests, measure a model's speed.
     #[command(subcommand)]
     Model(model::ModelCommand),
 }
 
-/// Settings of local (mistral.rs) models, shared by `run` and `serve`.
+/// Settings of local models, shared by `run`, `serve` and `model bench`.
 #[derive(Debug, Clone, clap::Args)]
 pub struct LocalArgs {
+    /// Inference engine for local models: `auto` runs GGUF files on the CPU through
+    /// llama.cpp and everything else through mistral.rs.
+    #[arg(long, default_value = "auto", value_parser = clap::value_parser!(agent::llm::LocalEngine))]
+    pub engine: agent::llm::LocalEngine,
+    /// Context window of llama.cpp models in tokens (default: the model's own, at most 32,768).
+    #[arg(long, value_name = "TOKENS")]
+    pub ctx: Option<u32>,
+    /// CPU threads for llama.cpp (default: all cores).
+    #[arg(long)]
+    pub threads: Option<u32>,
+    /// Do not keep the KV cache of the first prompt on disk for the next session.
+    #[arg(long)]
+    pub no_prompt_cache: bool,
     /// In-situ quantisation of safetensors models (e.g. Q4K, Q8_0).
     #[arg(long)]
     pub isq: Option<String>,
@@ -56,7 +74,21 @@ pub struct LocalArgs {
 impl LocalArgs {
     /// The library's options.
     pub fn options(&self) -> agent::llm::LocalModelOptions {
-        agent::llm::LocalModelOptions { isq: self.isq.clone(), force_cpu: self.cpu, thinking: self.think }
+        // No cache directory (an unset HOME) only costs speed, never correctness.
+        let prompt_cache_dir = if self.no_prompt_cache {
+            None
+        } else {
+            agent::models::cache_root().ok().map(|root| root.join("prompt-cache"))
+        };
+        agent::llm::LocalModelOptions {
+            isq: self.isq.clone(),
+            force_cpu: self.cpu,
+            thinking: self.think,
+            engine: self.engine,
+            context_tokens: self.ctx,
+            threads: self.threads,
+            prompt_cache_dir,
+        }
     }
 }
 
@@ -68,6 +100,7 @@ pub async fn dispatch(cli: Cli) -> anyhow::Result<u8> {
         Some(Command::Sandbox(cmd)) => sandbox::run(cmd, config).await,
         Some(Command::Serve(args)) => serve::run(args, config).await,
         Some(Command::Model(cmd)) => model::run(cmd).await,
+        Some(Command::JudgeEval(args)) => judge_eval::run(args).await,
         None => {
             use clap::CommandFactory;
             Cli::command().print_help()?;

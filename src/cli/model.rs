@@ -1,4 +1,5 @@
-//! `agent model …`: fetch the built-in default model, write a tiny random Qwen3.
+//! `agent model …`: fetch the built-in default model, write a tiny random Qwen3, measure
+//! a local model's speed.
 
 use std::path::PathBuf;
 use std::time::Instant;
@@ -21,6 +22,9 @@ pub enum ModelCommand {
         #[arg(long, short)]
         quiet: bool,
     },
+    /// Measure a local model: decode and prompt tokens/s, first-turn latency with the real
+    /// system prompt, and prompt tokens recomputed per turn over an episode.
+    Bench(super::model_bench::BenchArgs),
     /// Write a tiny random Qwen3 (config, safetensors, tokenizer) for tests.
     #[command(name = "tiny-qwen3")]
     TinyQwen3 {
@@ -59,6 +63,7 @@ pub enum ModelCommand {
 /// Runs a model subcommand.
 pub async fn run(cmd: ModelCommand) -> anyhow::Result<u8> {
     match cmd {
+        ModelCommand::Bench(args) => super::model_bench::run(args).await,
         ModelCommand::Pull { name, quiet } => {
             if name != "default" {
                 anyhow::bail!("unknown model `{name}` (known: default)");

@@ -1,8 +1,9 @@
 //! Local inference through mistral.rs: a GGUF file or a safetensors directory, on CUDA
 //! when built with the `cuda` feature and a GPU is present, else on the CPU.
 
-use std::path::Path;
-use std::time::Instant;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use mistralrs::{
@@ -10,8 +11,33 @@ use mistralrs::{
 };
 use tokio_util::sync::CancellationToken;
 
-use super::{estimate_tokens, ChatRequest, ChatResponse, FinishReason, LlmError, ModelBackend, Role};
+use super::{estimate_tokens, CallStats, ChatRequest, ChatResponse, FinishReason, LlmError, ModelBackend, Role};
 use crate::protocol::TokenUsage;
+
+/// Which inference engine runs a local model.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum LocalEngine {
+    /// llama.cpp for GGUF files on the CPU, mistral.rs for everything else.
+    #[default]
+    Auto,
+    /// llama.cpp (GGUF files only).
+    LlamaCpp,
+    /// mistral.rs.
+    MistralRs,
+}
+
+impl std::str::FromStr for LocalEngine {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s.to_ascii_lowercase().replace(['.', '-', '_'], "").as_str() {
+            "auto" => Ok(Self::Auto),
+            "llamacpp" => Ok(Self::LlamaCpp),
+            "mistralrs" => Ok(Self::MistralRs),
+            _ => Err(format!("unknown engine `{s}` (known: auto, llama.cpp, mistral.rs)")),
+        }
+    }
+}
 
 /// How to load a local model.
 #[derive(Debug, Clone, Default)]
@@ -22,6 +48,15 @@ pub struct LocalModelOptions {
     pub force_cpu: bool,
     /// Qwen3-style thinking: `Some(false)` disables it in the chat template.
     pub thinking: Option<bool>,
+    /// The engine; `Auto` picks llama.cpp for GGUF files on the CPU.
+    pub engine: LocalEngine,
+    /// llama.cpp's context window in tokens (default: the model's own, at most 32,768).
+    pub context_tokens: Option<u32>,
+    /// CPU threads for llama.cpp (default: every core).
+    pub threads: Option<u32>,
+    /// Where llama.cpp keeps the KV cache of a session's first prompt, so that the next
+    /// session starting with the same system prompt answers at once; `None` keeps none.
+    pub prompt_cache_dir: Option<PathBuf>,
 }
 
 /// A model running in this process through mistral.rs.
@@ -29,6 +64,7 @@ pub struct LocalBackend {
     model: Model,
     name: String,
     thinking: Option<bool>,
+    last_stats: Mutex<Option<CallStats>>,
 }
 
 fn load_error(path: &Path, e: impl std::fmt::Display) -> LlmError {
@@ -67,7 +103,7 @@ impl LocalBackend {
                 hint: "a local model is a .gguf file or a directory with config.json and *.safetensors".into(),
             });
         };
-        Ok(Self { model, name, thinking: opts.thinking })
+        Ok(Self { model, name, thinking: opts.thinking, last_stats: Mutex::new(None) })
     }
 
     /// Loads `repo` from the Hugging Face hub cache, downloading what is missing
@@ -84,7 +120,7 @@ impl LocalBackend {
             b = b.with_force_cpu();
         }
         let model = b.build().await.map_err(|e| load_error(Path::new(repo), e))?;
-        Ok(Self { model, name: repo.to_string(), thinking: opts.thinking })
+        Ok(Self { model, name: repo.to_string(), thinking: opts.thinking, last_stats: Mutex::new(None) })
     }
 
     /// True when this build can use a GPU and one is present.
@@ -146,6 +182,10 @@ impl ModelBackend for LocalBackend {
         self.name.clone()
     }
 
+    fn last_call_stats(&self) -> Option<CallStats> {
+        self.last_stats.lock().ok().and_then(|s| *s)
+    }
+
     async fn chat(
         &self,
         request: &ChatRequest,
@@ -153,6 +193,7 @@ impl ModelBackend for LocalBackend {
         cancel: &CancellationToken,
     ) -> Result<ChatResponse, LlmError> {
         let builder = self.request(request);
+        let started = Instant::now();
         let mut stream =
             self.model.stream_chat_request(builder).await.map_err(|e| {
                 LlmError::Other(format!("mistral.rs rejected the request: {}", one_line(&e.to_string())))
@@ -162,6 +203,8 @@ impl ModelBackend for LocalBackend {
         let mut finish = FinishReason::Other;
         let mut first_token: Option<Instant> = None;
         let mut decode_speed = None;
+        // mistral.rs reports its own prompt and completion times with the final usage.
+        let mut engine_times: Option<(f32, f32)> = None;
         loop {
             // Dropping the stream makes the engine cancel the sequence at its next step.
             let next = tokio::select! {
@@ -180,6 +223,7 @@ impl ModelBackend for LocalBackend {
                             completion_tokens: u.completion_tokens as u64,
                         });
                         decode_speed = Some(f64::from(u.avg_compl_tok_per_sec));
+                        engine_times = Some((u.total_prompt_time_sec, u.total_completion_time_sec));
                     }
                     for choice in &chunk.choices {
                         if let Some(piece) = choice.delta.content.as_deref().filter(|p| !p.is_empty()) {
@@ -205,6 +249,7 @@ impl ModelBackend for LocalBackend {
                         prompt_tokens: done.usage.prompt_tokens as u64,
                         completion_tokens: done.usage.completion_tokens as u64,
                     });
+                    engine_times = Some((done.usage.total_prompt_time_sec, done.usage.total_completion_time_sec));
                     break;
                 }
                 Some(Response::ModelError(msg, _)) | Some(Response::CompletionModelError(msg, _)) => {
@@ -224,6 +269,20 @@ impl ModelBackend for LocalBackend {
         });
         if decode_speed.is_none() {
             decode_speed = first_token.map(|t| usage.completion_tokens as f64 / t.elapsed().as_secs_f64().max(1e-3));
+        }
+        let secs = |s: f32| Duration::from_secs_f64(f64::from(s.max(0.0)));
+        let stats = CallStats {
+            prompt_tokens: usage.prompt_tokens,
+            // mistral.rs does not say how much of the prompt its prefix cache held.
+            prompt_tokens_cached: None,
+            prompt_tokens_computed: None,
+            completion_tokens: usage.completion_tokens,
+            prompt_eval: engine_times.map(|(p, _)| secs(p)).unwrap_or_default(),
+            time_to_first_token: first_token.map(|t| t.duration_since(started)).unwrap_or_default(),
+            decode: engine_times.map(|(_, c)| secs(c)).unwrap_or_default(),
+        };
+        if let Ok(mut last) = self.last_stats.lock() {
+            *last = Some(stats);
         }
         Ok(ChatResponse {
             text,

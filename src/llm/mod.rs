@@ -1,16 +1,25 @@
-//! Model backends behind one trait: an OpenAI-compatible HTTP client and a scripted
-//! replayer for tests and demos (local mistral.rs inference plugs in here too).
+//! Model backends behind one trait: local inference (llama.cpp for GGUF files on the
+//! CPU, mistral.rs for safetensors models and GPUs), an OpenAI-compatible HTTP client,
+//! and a scripted replayer for tests and demos.
 
+mod anthropic;
+mod llamacpp;
 mod local;
 mod openai;
 mod scripted;
 mod spec;
+mod speed_bench;
 mod sse;
+mod stats;
 
-pub use local::{LocalBackend, LocalModelOptions};
+pub use anthropic::{AnthropicBackend, AnthropicConfig};
+pub use llamacpp::{LlamaCppBackend, LlamaCppOptions};
+pub use local::{LocalBackend, LocalEngine, LocalModelOptions};
 pub use openai::{OpenAiBackend, OpenAiConfig};
 pub use scripted::ScriptedBackend;
 pub use spec::{resolve_model, ModelSpec, ResolveOptions};
+pub use speed_bench::{run_speed_bench, FirstTurn, SpeedBenchOptions, SpeedReport};
+pub use stats::CallStats;
 
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
@@ -124,6 +133,18 @@ pub trait ModelBackend: Send + Sync {
         on_delta: &mut (dyn for<'s> FnMut(&'s str) + Send),
         cancel: &CancellationToken,
     ) -> Result<ChatResponse, LlmError>;
+
+    /// Cache and timing figures of the last finished call, for backends that can see
+    /// inside the engine.
+    fn last_call_stats(&self) -> Option<CallStats> {
+        None
+    }
+
+    /// The context window in tokens, when the backend knows it; the loop keeps its
+    /// prompts inside it.
+    fn context_window(&self) -> Option<u64> {
+        None
+    }
 }
 
 /// A rough token estimate (4 bytes per token) for backends that report no usage.

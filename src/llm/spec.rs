@@ -2,10 +2,13 @@
 //! resolution to a backend.
 
 use std::fmt;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use super::{LlmError, LocalBackend, LocalModelOptions, ModelBackend, OpenAiBackend, OpenAiConfig, ScriptedBackend};
+use super::{
+    AnthropicBackend, AnthropicConfig, LlamaCppBackend, LlamaCppOptions, LlmError, LocalBackend, LocalEngine,
+    LocalModelOptions, ModelBackend, OpenAiBackend, OpenAiConfig, ScriptedBackend,
+};
 
 /// The default model when a GPU is present.
 const GPU_DEFAULT: &str = "Qwen/Qwen3-32B";
@@ -24,7 +27,8 @@ pub struct ResolveOptions {
 /// The accepted forms, for error hints.
 const FORMS: &str = "accepted forms: `default` (the built-in model), a local model directory or \
                      GGUF file path, `hf:ORG/NAME[@REVISION]`, `openai:URL#MODEL` (e.g. \
-                     openai:http://127.0.0.1:8080/v1#Qwen/Qwen3-32B) or `scripted:FILE`";
+                     openai:http://127.0.0.1:8080/v1#Qwen/Qwen3-32B), `anthropic:MODEL` or \
+                     `scripted:FILE`";
 
 /// Which model to use.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -39,6 +43,8 @@ pub enum ModelSpec {
     Local(PathBuf),
     /// `hf:ORG/NAME[@REV]` – a Hugging Face model id.
     Hf { repo: String, revision: Option<String> },
+    /// `anthropic:MODEL` – the Anthropic Messages API (key in `ANTHROPIC_API_KEY`).
+    Anthropic { model: String },
 }
 
 fn unknown(spec: &str, hint: impl Into<String>) -> LlmError {
@@ -66,6 +72,12 @@ impl ModelSpec {
         }
         if let Some(rest) = s.strip_prefix("hf:") {
             return parse_hf(spec, rest);
+        }
+        if let Some(model) = s.strip_prefix("anthropic:") {
+            if model.trim().is_empty() {
+                return Err(unknown(spec, "`anthropic:` needs a model name, e.g. anthropic:claude-sonnet-4-5"));
+            }
+            return Ok(ModelSpec::Anthropic { model: model.trim().to_string() });
         }
         let path = PathBuf::from(s);
         if path.exists() {
@@ -126,6 +138,7 @@ impl fmt::Display for ModelSpec {
             ModelSpec::Local(p) => write!(f, "{}", p.display()),
             ModelSpec::Hf { repo, revision: Some(rev) } => write!(f, "hf:{repo}@{rev}"),
             ModelSpec::Hf { repo, revision: None } => write!(f, "hf:{repo}"),
+            ModelSpec::Anthropic { model } => write!(f, "anthropic:{model}"),
         }
     }
 }
@@ -156,13 +169,55 @@ pub async fn resolve_model(spec: &ModelSpec, opts: &ResolveOptions) -> Result<Ar
             let path = crate::models::default_model::ensure_default_model(opts.progress)
                 .await
                 .map_err(|e| LlmError::Other(format!("cannot get the built-in default model: {e}")))?;
-            Ok(Arc::new(LocalBackend::load(&path, &opts.local).await?))
+            load_local(&path, &opts.local).await
         }
-        ModelSpec::Local(path) => Ok(Arc::new(LocalBackend::load(path, &opts.local).await?)),
+        ModelSpec::Local(path) => load_local(path, &opts.local).await,
         ModelSpec::Hf { repo, revision } => {
             Ok(Arc::new(LocalBackend::load_hub(repo, revision.as_deref(), &opts.local).await?))
         }
+        ModelSpec::Anthropic { model } => {
+            let mut cfg = AnthropicConfig::new(model.clone());
+            if let Some(var) = &opts.api_key_env {
+                cfg.api_key_env = var.clone();
+            }
+            Ok(Arc::new(AnthropicBackend::new(cfg)?))
+        }
     }
+}
+
+/// Loads a local model file or directory with the engine that runs it best: llama.cpp
+/// for GGUF files on the CPU (several times faster than mistral.rs there), mistral.rs
+/// for safetensors directories and GPUs.
+async fn load_local(path: &Path, opts: &LocalModelOptions) -> Result<Arc<dyn ModelBackend>, LlmError> {
+    let is_gguf = path.is_file() && path.extension().is_some_and(|e| e.eq_ignore_ascii_case("gguf"));
+    let use_llamacpp = match opts.engine {
+        LocalEngine::MistralRs => false,
+        LocalEngine::LlamaCpp if !is_gguf => {
+            return Err(LlmError::UnknownSpec {
+                spec: path.display().to_string(),
+                hint: "the llama.cpp engine runs .gguf files only; use `--engine mistral.rs` for a \
+                       safetensors directory"
+                    .into(),
+            })
+        }
+        LocalEngine::LlamaCpp => true,
+        LocalEngine::Auto => is_gguf && (opts.force_cpu || !LocalBackend::gpu_available()),
+    };
+    if !use_llamacpp {
+        return Ok(Arc::new(LocalBackend::load(path, opts).await?));
+    }
+    let llama_opts = LlamaCppOptions {
+        n_ctx: opts.context_tokens.unwrap_or(0),
+        threads: opts.threads.unwrap_or(0),
+        flash_attention: None,
+        prompt_cache_dir: opts.prompt_cache_dir.clone(),
+    };
+    let path = path.to_path_buf();
+    // llama.cpp loads synchronously (mapping the file, allocating the KV cache).
+    let backend = tokio::task::spawn_blocking(move || LlamaCppBackend::load_with(&path, &llama_opts))
+        .await
+        .map_err(|e| LlmError::Other(format!("the llama.cpp loader stopped: {e}")))??;
+    Ok(Arc::new(backend))
 }
 
 #[cfg(test)]
@@ -203,7 +258,8 @@ mod tests {
 
     #[test]
     fn display_round_trips() {
-        for s in ["default", "scripted:x.yaml", "openai:http://h:1/v1#m", "hf:a/b", "hf:a/b@rev"] {
+        for s in ["default", "scripted:x.yaml", "openai:http://h:1/v1#m", "hf:a/b", "hf:a/b@rev", "anthropic:claude-x"]
+        {
             assert_eq!(ModelSpec::parse(s).unwrap().to_string(), s);
             assert_eq!(s.parse::<ModelSpec>().unwrap().to_string(), s);
         }
@@ -219,6 +275,7 @@ mod tests {
         assert!(ModelSpec::parse("hf:a/b/c").is_err());
         assert!(ModelSpec::parse("hf:a/b@").is_err());
         assert!(ModelSpec::parse("scripted:").is_err());
+        assert!(ModelSpec::parse("anthropic:").is_err());
         assert!(ModelSpec::parse("").is_err());
         let hint = hint_of(ModelSpec::parse("gpt-something").unwrap_err());
         assert!(hint.contains("openai:URL#MODEL") && hint.contains("scripted:FILE") && hint.contains("hf:"));
@@ -245,5 +302,23 @@ mod tests {
             Err(other) => panic!("unexpected error {other}"),
             Ok(_) => panic!("an empty directory is not a model"),
         }
+        let llama = ResolveOptions {
+            local: LocalModelOptions { engine: LocalEngine::LlamaCpp, ..Default::default() },
+            ..opts.clone()
+        };
+        match resolve_model(&ModelSpec::Local(dir.path().to_path_buf()), &llama).await {
+            Err(LlmError::UnknownSpec { hint, .. }) => assert!(hint.contains(".gguf files only"), "{hint}"),
+            Err(other) => panic!("unexpected error {other}"),
+            Ok(_) => panic!("llama.cpp cannot run a directory"),
+        }
+    }
+
+    #[test]
+    fn engine_names_parse() {
+        assert_eq!("llama.cpp".parse::<LocalEngine>().unwrap(), LocalEngine::LlamaCpp);
+        assert_eq!("llamacpp".parse::<LocalEngine>().unwrap(), LocalEngine::LlamaCpp);
+        assert_eq!("mistral.rs".parse::<LocalEngine>().unwrap(), LocalEngine::MistralRs);
+        assert_eq!("Auto".parse::<LocalEngine>().unwrap(), LocalEngine::Auto);
+        assert!("vllm".parse::<LocalEngine>().unwrap_err().contains("known: auto"));
     }
 }

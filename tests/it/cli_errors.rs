@@ -58,17 +58,13 @@ fn unreachable_openai_endpoint() {
         agent(&["run", "--no-network", "--json", "--model", "openai:http://127.0.0.1:9/v1#some-model", "hi"], &[]);
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert_eq!(out.status.code(), Some(1), "{stdout}");
-    let errors: Vec<serde_json::Value> = stdout
-        .lines()
-        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
-        .filter(|e| e["event"] == "error")
-        .collect();
+    let events = support::json_events(&stdout);
+    let errors: Vec<&serde_json::Value> = events.iter().filter(|e| e["event"] == "error").collect();
     assert_eq!(errors.len(), 1, "{stdout}");
     let msg = errors[0]["message"].as_str().unwrap();
     assert!(msg.contains("127.0.0.1:9") && !msg.contains('\n'), "{msg}");
-    let run_id = stdout
-        .lines()
-        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+    let run_id = events
+        .iter()
         .find(|e| e["event"] == "session_configured")
         .and_then(|e| e["run_id"].as_str().map(String::from))
         .unwrap();

@@ -5,6 +5,8 @@ mod support;
 mod cli_errors;
 mod cli_run;
 mod episode_loop;
+mod judge;
+mod llamacpp;
 mod llm_openai;
 mod local_model;
 mod models;

@@ -1,23 +1,8 @@
 //! `agent serve` and `agent run --model openai:…` as two real processes.
 
-use std::io::{BufRead, BufReader};
-use std::process::{Command, Stdio};
+use std::process::Command;
 
 use crate::support;
-
-/// Starts `agent serve` on a free port; returns the child and its base URL.
-pub fn start_server(model_spec: &str) -> (std::process::Child, String) {
-    let mut child = Command::new(support::agent_bin())
-        .args(["serve", "--port", "0", "--model-id", "served", "--model", model_spec])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    BufReader::new(child.stdout.as_mut().unwrap()).read_line(&mut line).unwrap();
-    let url = line.split_whitespace().nth(2).expect("no address printed").to_string();
-    (child, url)
-}
 
 #[test]
 fn an_episode_runs_through_agent_serve() {
@@ -29,7 +14,7 @@ fn an_episode_runs_through_agent_serve() {
         "s.yaml",
         "- \"<bash>\\ncmd: echo served > /tmp/x && cat /tmp/x\\n</bash>\"\n- \"<finish>\\nmessage: ok\\n</finish>\"\n",
     );
-    let (mut server, url) = start_server(&format!("scripted:{}", script.display()));
+    let (mut server, url) = support::start_server(&format!("scripted:{}", script.display()), "served");
     let models: serde_json::Value =
         rt.block_on(async { reqwest::get(format!("{url}/models")).await.unwrap().json().await.unwrap() });
     assert_eq!(models["data"][0]["id"], "served");
@@ -51,7 +36,7 @@ fn an_episode_runs_through_agent_serve() {
 fn bad_requests_get_a_400_with_the_reason() {
     let dir = tempfile::tempdir().unwrap();
     let script = support::script(&dir, "s.yaml", "- hi\n");
-    let (mut server, url) = start_server(&format!("scripted:{}", script.display()));
+    let (mut server, url) = support::start_server(&format!("scripted:{}", script.display()), "served");
     let rt = tokio::runtime::Runtime::new().unwrap();
     let (status, body) = rt.block_on(async {
         let r = reqwest::Client::new()

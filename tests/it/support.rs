@@ -1,8 +1,9 @@
 //! Shared helpers: the Docker engine, the base image, sandboxes that clean up after
 //! themselves, and the real `agent` binary.
 
+use std::io::{BufRead, BufReader};
 use std::path::PathBuf;
-use std::process::Command;
+use std::process::{Command, Stdio};
 
 use agent::sandbox::{self, ContainerConfig, Sandbox, Shell, BASE_IMAGE};
 use bollard::Docker;
@@ -91,4 +92,24 @@ pub fn script(dir: &tempfile::TempDir, name: &str, yaml: &str) -> PathBuf {
     let p = dir.path().join(name);
     std::fs::write(&p, yaml).expect("write script");
     p
+}
+
+/// Starts `agent serve --model SPEC --model-id ID` on a free port; returns the child and
+/// its base URL.
+pub fn start_server(model_spec: &str, model_id: &str) -> (std::process::Child, String) {
+    let mut child = Command::new(agent_bin())
+        .args(["serve", "--port", "0", "--model-id", model_id, "--model", model_spec])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(child.stdout.as_mut().unwrap()).read_line(&mut line).unwrap();
+    let url = line.split_whitespace().nth(2).expect("no address printed").to_string();
+    (child, url)
+}
+
+/// The JSON events among `agent run --json` output lines.
+pub fn json_events(stdout: &str) -> Vec<serde_json::Value> {
+    stdout.lines().filter_map(|l| serde_json::from_str(l).ok()).collect()
 }

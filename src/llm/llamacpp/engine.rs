@@ -1,24 +1,12 @@
-//! Local GGUF inference on the CPU through llama.cpp (the `llama-cpp-2` crate).
-//!
-//! mistral.rs decodes the built-in SmolLM2 GGUF several times slower than llama.cpp on
-//! small CPUs, so GGUF files on the CPU run here while mistral.rs keeps safetensors models
-//! and GPUs.
-//!
-//! llama.cpp calls block and its context is not `Sync`, so one worker thread owns the
-//! model, the context and the KV cache, and serves requests one at a time from a queue:
-//! the queue is the lock around the context. Each request streams its text back through a
-//! tokio channel. The worker remembers which tokens sit in the KV cache, so a request that
-//! extends the previous conversation (the normal agent loop: same system prompt and
-//! history, new observation at the end) only evaluates the new suffix.
+//! The llama.cpp worker thread: the model, its context, the KV cache and what it holds,
+//! prompt evaluation with prefix reuse, sampling and the on-disk prompt cache.
 
 use std::num::NonZeroU32;
 use std::path::{Path, PathBuf};
 use std::sync::mpsc as std_mpsc;
-use std::sync::{Mutex, OnceLock};
-use std::thread;
-use std::time::{Duration, Instant};
+use std::sync::OnceLock;
+use std::time::Instant;
 
-use async_trait::async_trait;
 use llama_cpp_2::context::params::LlamaContextParams;
 use llama_cpp_2::context::LlamaContext;
 use llama_cpp_2::llama_backend::LlamaBackend;
@@ -28,10 +16,11 @@ use llama_cpp_2::model::{LlamaChatMessage, LlamaChatTemplate, LlamaModel};
 use llama_cpp_2::sampling::LlamaSampler;
 use llama_cpp_2::token::LlamaToken;
 use llama_cpp_2::{send_logs_to_tracing, LogOptions};
-use tokio::sync::mpsc as tokio_mpsc;
 use tokio_util::sync::CancellationToken;
 
-use super::{ChatMessage, ChatRequest, ChatResponse, FinishReason, LlmError, ModelBackend, Role, SamplingParams};
+use super::text_stream::TextStream;
+use super::{llama_error, load_error, Job, LlamaCppOptions, Loaded, WorkerEvent};
+use crate::llm::{CallStats, ChatMessage, ChatResponse, FinishReason, LlmError, Role, SamplingParams};
 use crate::protocol::TokenUsage;
 
 /// llama.cpp's "pick a random seed" value (`LLAMA_DEFAULT_SEED`).
@@ -49,203 +38,6 @@ const PROMPT_CHUNK: usize = 512;
 /// prompt is written to the on-disk prompt cache; shorter prompts are cheaper to redo.
 const DISK_CACHE_MIN_TOKENS: usize = 256;
 
-/// How a llama.cpp model is loaded.
-#[derive(Debug, Clone)]
-pub struct LlamaCppOptions {
-    /// Context window in tokens; 0 takes the model's training context.
-    pub n_ctx: u32,
-    /// CPU threads for decoding and prompt evaluation; 0 uses every available core.
-    pub threads: u32,
-    /// Flash attention: `None` lets llama.cpp decide (on for the CPU). On the CPU it
-    /// speeds up prompts and short contexts, but slows decoding past ~2,000 tokens of
-    /// context (measured on SmolLM2-135M, 2 cores: 22-27 vs 34-36 tokens/s at 4,000).
-    pub flash_attention: Option<bool>,
-    /// A directory for the prompt cache: the first long prompt of a session (the system
-    /// prompt and the first instruction) is saved there with its KV cache, and the next
-    /// session that starts with the same tokens loads it instead of evaluating them again.
-    pub prompt_cache_dir: Option<PathBuf>,
-}
-
-impl Default for LlamaCppOptions {
-    fn default() -> Self {
-        Self { n_ctx: 8192, threads: 0, flash_attention: None, prompt_cache_dir: None }
-    }
-}
-
-/// What one call cost, beyond the [`TokenUsage`] of the response: how much of the prompt
-/// was found in the KV cache, and the timings behind the throughput figures.
-#[derive(Debug, Clone, Copy, Default, PartialEq)]
-pub struct LlamaCallStats {
-    /// Tokens of the rendered prompt.
-    pub prompt_tokens: u64,
-    /// Prompt tokens whose keys and values were reused from the previous call.
-    pub prompt_tokens_cached: u64,
-    /// Prompt tokens evaluated by this call (`prompt_tokens - prompt_tokens_cached`, or
-    /// fewer when the call was cancelled during the prompt).
-    pub prompt_tokens_computed: u64,
-    /// Tokens sampled, the end-of-generation token included.
-    pub completion_tokens: u64,
-    /// Time spent evaluating the uncached part of the prompt.
-    pub prompt_eval: Duration,
-    /// From the start of the call until the first token was sampled.
-    pub time_to_first_token: Duration,
-    /// Time spent sampling and decoding the completion.
-    pub decode: Duration,
-}
-
-impl LlamaCallStats {
-    /// Prompt evaluation speed, when any prompt token was evaluated.
-    pub fn prompt_tokens_per_sec(&self) -> Option<f64> {
-        per_sec(self.prompt_tokens_computed, self.prompt_eval)
-    }
-
-    /// Decode speed, when any token was generated.
-    pub fn decode_tokens_per_sec(&self) -> Option<f64> {
-        per_sec(self.completion_tokens, self.decode)
-    }
-}
-
-fn per_sec(tokens: u64, time: Duration) -> Option<f64> {
-    (tokens > 0 && !time.is_zero()).then(|| tokens as f64 / time.as_secs_f64())
-}
-
-/// A GGUF model running on the CPU through llama.cpp.
-pub struct LlamaCppBackend {
-    name: String,
-    n_ctx: u32,
-    jobs: std_mpsc::Sender<Job>,
-    last_stats: Mutex<Option<LlamaCallStats>>,
-}
-
-impl std::fmt::Debug for LlamaCppBackend {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("LlamaCppBackend").field("name", &self.name).field("n_ctx", &self.n_ctx).finish()
-    }
-}
-
-/// One chat request on its way to the worker.
-struct Job {
-    messages: Vec<ChatMessage>,
-    sampling: SamplingParams,
-    cancel: CancellationToken,
-    events: tokio_mpsc::UnboundedSender<WorkerEvent>,
-}
-
-/// What the worker sends back while it serves a job.
-enum WorkerEvent {
-    Delta(String),
-    Done(Result<(ChatResponse, LlamaCallStats), LlmError>),
-}
-
-/// What the worker reports once the model is loaded.
-struct Loaded {
-    n_ctx: u32,
-}
-
-impl LlamaCppBackend {
-    /// Loads a `.gguf` file with a context of `n_ctx` tokens (0: the model's own) and
-    /// `threads` CPU threads (0: all cores).
-    ///
-    /// This blocks while llama.cpp maps the file and allocates the KV cache; call it from
-    /// `spawn_blocking` inside an async runtime.
-    pub fn load(path: &Path, n_ctx: u32, threads: u32) -> Result<Self, LlmError> {
-        Self::load_with(path, &LlamaCppOptions { n_ctx, threads, ..LlamaCppOptions::default() })
-    }
-
-    /// Loads a `.gguf` file with the given options; see [`Self::load`].
-    pub fn load_with(path: &Path, opts: &LlamaCppOptions) -> Result<Self, LlmError> {
-        if !path.is_file() {
-            return Err(LlmError::UnknownSpec { spec: path.display().to_string(), hint: "no such GGUF file".into() });
-        }
-        let name = path.file_name().map(|n| n.to_string_lossy().to_string()).unwrap_or_else(|| "llama.cpp".into());
-        let mut opts = opts.clone();
-        if opts.threads == 0 {
-            opts.threads = thread::available_parallelism().map(|n| n.get() as u32).unwrap_or(1);
-        }
-        let (jobs, job_rx) = std_mpsc::channel::<Job>();
-        let (ready_tx, ready_rx) = std_mpsc::channel::<Result<Loaded, LlmError>>();
-        let worker_path = path.to_path_buf();
-        thread::Builder::new()
-            .name("llama.cpp".into())
-            .spawn(move || worker(worker_path, opts, ready_tx, job_rx))
-            .map_err(|e| LlmError::Other(format!("cannot start the llama.cpp worker thread: {e}")))?;
-        // The worker reports once; a closed channel means it died while loading (a panic).
-        let loaded =
-            ready_rx.recv().map_err(|_| load_error(path, "the llama.cpp worker stopped while loading the model"))??;
-        Ok(Self { name, n_ctx: loaded.n_ctx, jobs, last_stats: Mutex::new(None) })
-    }
-
-    /// The context window in tokens.
-    pub fn n_ctx(&self) -> u32 {
-        self.n_ctx
-    }
-
-    /// Cache and timing figures of the last finished call.
-    pub fn last_stats(&self) -> Option<LlamaCallStats> {
-        self.last_stats.lock().ok().and_then(|s| *s)
-    }
-}
-
-#[async_trait]
-impl ModelBackend for LlamaCppBackend {
-    fn name(&self) -> String {
-        self.name.clone()
-    }
-
-    async fn chat(
-        &self,
-        request: &ChatRequest,
-        on_delta: &mut (dyn for<'s> FnMut(&'s str) + Send),
-        cancel: &CancellationToken,
-    ) -> Result<ChatResponse, LlmError> {
-        let (events, mut event_rx) = tokio_mpsc::unbounded_channel();
-        let job = Job {
-            messages: request.messages.clone(),
-            sampling: request.sampling.clone(),
-            cancel: cancel.clone(),
-            events,
-        };
-        self.jobs.send(job).map_err(|_| worker_gone())?;
-        // If this future is dropped, `event_rx` goes with it; the worker notices the closed
-        // channel at its next token and stops as if cancelled.
-        while let Some(event) = event_rx.recv().await {
-            match event {
-                WorkerEvent::Delta(piece) => on_delta(&piece),
-                WorkerEvent::Done(result) => {
-                    let (response, stats) = result?;
-                    if let Ok(mut last) = self.last_stats.lock() {
-                        *last = Some(stats);
-                    }
-                    tracing::debug!(
-                        prompt = stats.prompt_tokens,
-                        cached = stats.prompt_tokens_cached,
-                        computed = stats.prompt_tokens_computed,
-                        completion = stats.completion_tokens,
-                        prompt_tps = stats.prompt_tokens_per_sec(),
-                        decode_tps = stats.decode_tokens_per_sec(),
-                        ttft_ms = stats.time_to_first_token.as_millis() as u64,
-                        "llama.cpp call finished"
-                    );
-                    return Ok(response);
-                }
-            }
-        }
-        Err(worker_gone())
-    }
-}
-
-fn worker_gone() -> LlmError {
-    LlmError::Other("the llama.cpp worker thread has stopped (see the log for the cause)".into())
-}
-
-fn load_error(path: &Path, reason: impl std::fmt::Display) -> LlmError {
-    LlmError::Other(format!("cannot load the GGUF model at {}: {reason}", path.display()))
-}
-
-fn llama_error(what: &str, e: impl std::fmt::Display) -> LlmError {
-    LlmError::Other(format!("llama.cpp failed to {what}: {e}"))
-}
-
 /// The process-wide llama.cpp backend. llama.cpp may be initialised once per process, and
 /// keeping it for the whole process lets several models load one after another.
 fn llama_backend() -> Result<&'static LlamaBackend, LlmError> {
@@ -262,7 +54,7 @@ fn llama_backend() -> Result<&'static LlamaBackend, LlmError> {
 }
 
 /// The worker thread: loads the model, then serves jobs until the backend is dropped.
-fn worker(
+pub(super) fn worker(
     path: PathBuf,
     opts: LlamaCppOptions,
     ready: std_mpsc::Sender<Result<Loaded, LlmError>>,
@@ -282,7 +74,9 @@ fn worker(
             return;
         }
     };
-    let n_ctx = if opts.n_ctx == 0 { model.n_ctx_train() } else { opts.n_ctx };
+    // A model's training context can be far larger than a CPU session needs (and its KV
+    // cache is allocated up front), so the default stops at 32k.
+    let n_ctx = if opts.n_ctx == 0 { model.n_ctx_train().min(32_768) } else { opts.n_ctx };
     let threads = i32::try_from(opts.threads).unwrap_or(i32::MAX);
     // llama.cpp's `llama_flash_attn_type`: -1 auto, 0 disabled, 1 enabled (`llama-cpp-2`
     // does not re-export the constants).
@@ -379,7 +173,7 @@ enum Ended {
 
 impl Engine<'_> {
     /// Serves one job: prompt, prefix reuse, generation with streaming.
-    fn run(&mut self, job: &Job) -> Result<(ChatResponse, LlamaCallStats), LlmError> {
+    fn run(&mut self, job: &Job) -> Result<(ChatResponse, CallStats), LlmError> {
         let started = Instant::now();
         let prompt = self.render(&job.messages)?;
         let prompt_tokens = self.tokenize_prompt(&prompt);
@@ -407,14 +201,14 @@ impl Engine<'_> {
         // Written by the worker after the reply is out, so the save never delays it.
         self.save_pending =
             fresh && matches!(outcome, Ok(true)) && prompt_tokens.len() - reused >= DISK_CACHE_MIN_TOKENS;
-        let mut stats = LlamaCallStats {
+        let mut stats = CallStats {
             prompt_tokens: prompt_tokens.len() as u64,
-            prompt_tokens_cached: reused as u64,
+            prompt_tokens_cached: Some(reused as u64),
             // What the KV cache gained, which is less than the uncached rest of the prompt
             // when a cancel stopped the evaluation between chunks.
-            prompt_tokens_computed: self.cached.len().saturating_sub(reused) as u64,
+            prompt_tokens_computed: Some(self.cached.len().saturating_sub(reused) as u64),
             prompt_eval,
-            ..LlamaCallStats::default()
+            ..CallStats::default()
         };
         let prompt_ids = Some(prompt_tokens.iter().map(|t| token_id(*t)).collect::<Vec<_>>());
         match outcome {
@@ -697,174 +491,4 @@ fn disk_cache_file(dir: &Path, model: &Path, flash_attention: Option<bool>) -> P
 fn token_id(t: LlamaToken) -> u32 {
     // Token ids are never negative; a negative one would be a llama.cpp bug, shown as 0.
     u32::try_from(t.0).unwrap_or(0)
-}
-
-/// Turns token bytes into streamed text: holds back incomplete UTF-8 sequences (a token
-/// can end inside a multi-byte character) and any tail that could be the start of a stop
-/// string, and cuts the text at the first stop string.
-struct TextStream {
-    stops: Vec<String>,
-    /// Bytes of an unfinished UTF-8 character.
-    pending: Vec<u8>,
-    /// All decoded text so far.
-    text: String,
-    /// How much of `text` went out as deltas.
-    emitted: usize,
-}
-
-impl TextStream {
-    fn new(stops: &[String]) -> Self {
-        Self {
-            stops: stops.iter().filter(|s| !s.is_empty()).cloned().collect(),
-            pending: Vec::new(),
-            text: String::new(),
-            emitted: 0,
-        }
-    }
-
-    /// Adds a token's bytes; returns the text now safe to show and whether a stop string
-    /// appeared (the text is then cut before it).
-    fn push(&mut self, bytes: &[u8]) -> (String, bool) {
-        self.pending.extend_from_slice(bytes);
-        let search_from = self.text.len();
-        self.decode_pending();
-        if let Some(cut) = self.find_stop(search_from) {
-            self.text.truncate(cut);
-            return (self.take_upto(self.text.len()), true);
-        }
-        let safe = self.text.len() - self.stop_prefix_len();
-        (self.take_upto(safe), false)
-    }
-
-    /// Moves every complete character from `pending` into `text`; bytes that can never be
-    /// valid UTF-8 become U+FFFD.
-    fn decode_pending(&mut self) {
-        loop {
-            match std::str::from_utf8(&self.pending) {
-                Ok(s) => {
-                    self.text.push_str(s);
-                    self.pending.clear();
-                    return;
-                }
-                Err(e) => {
-                    let valid = e.valid_up_to();
-                    // The prefix was just checked, so this conversion cannot fail.
-                    self.text.push_str(std::str::from_utf8(&self.pending[..valid]).unwrap_or_default());
-                    match e.error_len() {
-                        Some(bad) => {
-                            self.text.push(char::REPLACEMENT_CHARACTER);
-                            self.pending.drain(..valid + bad);
-                        }
-                        None => {
-                            // An unfinished character: keep it for the next token.
-                            self.pending.drain(..valid);
-                            return;
-                        }
-                    }
-                }
-            }
-        }
-    }
-
-    /// The byte offset of the first stop string that ends in the newly added text.
-    fn find_stop(&self, search_from: usize) -> Option<usize> {
-        let longest = self.stops.iter().map(String::len).max()?;
-        let mut from = search_from.saturating_sub(longest.saturating_sub(1));
-        while !self.text.is_char_boundary(from) {
-            from -= 1;
-        }
-        self.stops.iter().filter_map(|s| self.text[from..].find(s.as_str()).map(|i| from + i)).min()
-    }
-
-    /// Length of the longest tail of `text` that is a proper prefix of a stop string.
-    fn stop_prefix_len(&self) -> usize {
-        let unsent = &self.text[self.emitted..];
-        unsent
-            .char_indices()
-            .map(|(i, _)| &unsent[i..])
-            .find(|tail| self.stops.iter().any(|s| s.len() > tail.len() && s.starts_with(tail)))
-            .map_or(0, str::len)
-    }
-
-    fn take_upto(&mut self, end: usize) -> String {
-        if end <= self.emitted {
-            return String::new();
-        }
-        let out = self.text[self.emitted..end].to_string();
-        self.emitted = end;
-        out
-    }
-
-    /// Flushes what was held back at the end of generation. After a stop string nothing is
-    /// held; otherwise a held-back stop prefix was not a stop after all and goes out, and
-    /// an unfinished character becomes U+FFFD.
-    fn finish(&mut self, stopped: bool) -> String {
-        if !stopped && !self.pending.is_empty() {
-            self.text.push(char::REPLACEMENT_CHARACTER);
-            self.pending.clear();
-        }
-        self.take_upto(self.text.len())
-    }
-
-    fn into_text(self) -> String {
-        self.text
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn run(stops: &[&str], pieces: &[&[u8]]) -> (Vec<String>, String, bool) {
-        let stops: Vec<String> = stops.iter().map(|s| s.to_string()).collect();
-        let mut s = TextStream::new(&stops);
-        let mut deltas = Vec::new();
-        let mut stopped = false;
-        for p in pieces {
-            let (d, hit) = s.push(p);
-            if !d.is_empty() {
-                deltas.push(d);
-            }
-            if hit {
-                stopped = true;
-                break;
-            }
-        }
-        let tail = s.finish(stopped);
-        if !tail.is_empty() {
-            deltas.push(tail);
-        }
-        (deltas, s.into_text(), stopped)
-    }
-
-    #[test]
-    fn split_utf8_is_held_until_complete() {
-        let e = "é".as_bytes();
-        let (deltas, text, _) = run(&[], &[b"caf", &e[..1], &e[1..], b"!"]);
-        assert_eq!(text, "café!");
-        assert_eq!(deltas.concat(), "café!");
-        assert!(deltas.iter().all(|d| !d.contains('\u{FFFD}')));
-    }
-
-    #[test]
-    fn stop_string_across_tokens_is_cut_and_never_streamed() {
-        let (deltas, text, stopped) = run(&["</bash>"], &[b"ls -la</", b"ba", b"sh> more"]);
-        assert!(stopped);
-        assert_eq!(text, "ls -la");
-        assert_eq!(deltas.concat(), "ls -la");
-    }
-
-    #[test]
-    fn held_back_prefix_is_flushed_when_not_a_stop() {
-        let (deltas, text, stopped) = run(&["STOP"], &[b"a ST", b"ART"]);
-        assert!(!stopped);
-        assert_eq!(text, "a START");
-        assert_eq!(deltas.concat(), "a START");
-    }
-
-    #[test]
-    fn invalid_bytes_become_replacement() {
-        let (_, text, _) = run(&[], &[b"a\xFFb"]);
-        assert_eq!(text, "a\u{FFFD}b");
-    }
 }

@@ -1,8 +1,0 @@
-#!/bin/bash
-export GGML_NATIVE=OFF GGML_AVX=ON GGML_AVX2=ON GGML_FMA=ON GGML_F16C=ON GGML_BMI2=ON GGML_SSE42=ON \
-  GGML_AVX512=OFF GGML_AVX512_VBMI=OFF GGML_AVX512_VNNI=OFF GGML_AVX512_BF16=OFF GGML_AVX_VNNI=OFF \
-  GGML_AMX_TILE=OFF GGML_AMX_INT8=OFF GGML_AMX_BF16=OFF CMAKE_BUILD_PARALLEL_LEVEL=2 CMAKE_VERBOSE=1
-start=$(date +%s)
-nice -n 5 cargo build --release "$@" > build.log 2>&1
-rc=$?
-echo "rc=$rc secs=$(( $(date +%s) - start ))" > build.time

@@ -1,0 +1,144 @@
+//! The episode rendered compactly for the judge: every reply in full (that is what is
+//! judged), long tool outputs cut in the middle with a marker saying how much is gone.
+
+use super::episode::{JudgedCall, JudgedEpisode};
+
+/// Limits of the rendering.
+#[derive(Debug, Clone, Copy)]
+pub struct RenderLimits {
+    /// Characters of one tool output kept (half from the head, half from the tail).
+    pub observation_chars: usize,
+    /// Characters of one reply kept.
+    pub reply_chars: usize,
+}
+
+impl Default for RenderLimits {
+    fn default() -> Self {
+        Self { observation_chars: 1200, reply_chars: 4000 }
+    }
+}
+
+/// Keeps the head and tail of `text` within `max` characters, with a marker between.
+pub fn cut_middle(text: &str, max: usize) -> String {
+    let count = text.chars().count();
+    if count <= max {
+        return text.to_string();
+    }
+    let head: String = text.chars().take(max / 2).collect();
+    let tail: String = text.chars().skip(count - max / 2).collect();
+    format!("{head}\n[... {} characters cut ...]\n{tail}", count - 2 * (max / 2))
+}
+
+fn call_line(call: &JudgedCall) -> String {
+    let args = match &call.args {
+        serde_json::Value::Object(map) if !map.is_empty() => {
+            let parts: Vec<String> = map
+                .iter()
+                .map(|(k, v)| match v {
+                    serde_json::Value::String(s) => format!("{k}={}", cut_middle(s, 200)),
+                    other => format!("{k}={}", cut_middle(&other.to_string(), 200)),
+                })
+                .collect();
+            format!(" {}", parts.join(" "))
+        }
+        _ => String::new(),
+    };
+    let status = match (call.timed_out, call.exit_code) {
+        (true, _) => " (timed out)".to_string(),
+        (false, Some(code)) => format!(" (exit {code})"),
+        (false, None) => String::new(),
+    };
+    format!("[{}{args}]{status}", call.tool)
+}
+
+/// The transcript section of the judge prompt.
+pub fn render_transcript(episode: &JudgedEpisode, limits: RenderLimits) -> String {
+    let mut out = String::new();
+    for (i, turn) in episode.turns.iter().enumerate() {
+        out.push_str(&format!(
+            "### Turn {}\nAgent:\n{}\n",
+            i + 1,
+            cut_middle(turn.assistant.trim(), limits.reply_chars)
+        ));
+        let malformed = turn.malformed_actions();
+        if malformed > 0 {
+            out.push_str(&format!("(this reply had {malformed} malformed tool call(s))\n"));
+        }
+        if turn.calls.is_empty() && malformed == 0 {
+            out.push_str("(no tool call in this reply)\n");
+        }
+        for call in &turn.calls {
+            out.push_str(&format!(
+                "Tool {}:\n{}\n",
+                call_line(call),
+                cut_middle(call.observation.trim_end(), limits.observation_chars)
+            ));
+        }
+        out.push('\n');
+    }
+    out
+}
+
+/// The "how it ended" section.
+pub fn render_ending(episode: &JudgedEpisode) -> String {
+    let reason = match episode.end_reason.as_deref() {
+        Some("finished") => "the agent called `finish`",
+        Some("max_turns") => "the turn limit was reached",
+        Some("token_budget") => "the token budget ran out",
+        Some("wall_clock") => "the time limit was reached",
+        Some("parse_failures") => "too many replies in a row had no valid tool call",
+        Some("interrupted") => "the user interrupted it",
+        Some(other) => other,
+        None => "the transcript stops here (no end record)",
+    };
+    match &episode.finish_message {
+        Some(msg) => format!("{reason}; its final message: {}", cut_middle(msg, 800)),
+        None => reason.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::judge::episode::JudgedTurn;
+
+    #[test]
+    fn long_text_keeps_head_and_tail() {
+        let text: String = (0..5000).map(|i| char::from(b'a' + (i % 26) as u8)).collect();
+        let cut = cut_middle(&text, 100);
+        assert!(cut.starts_with(&text[..50]) && cut.ends_with(&text[4950..]));
+        assert!(cut.contains("[... 4900 characters cut ...]"));
+        assert_eq!(cut_middle("short", 100), "short");
+        // Multi-byte characters are never split.
+        assert!(cut_middle(&"é".repeat(300), 10).starts_with("ééééé\n"));
+    }
+
+    #[test]
+    fn transcript_shows_calls_statuses_and_missing_actions() {
+        let episode = JudgedEpisode {
+            task: "t".into(),
+            turns: vec![
+                JudgedTurn {
+                    assistant: "Let me look.".into(),
+                    calls: vec![JudgedCall {
+                        tool: "bash".into(),
+                        args: serde_json::json!({"cmd": "ls /app"}),
+                        observation: "x".repeat(5000),
+                        exit_code: Some(2),
+                        timed_out: false,
+                    }],
+                    parse_errors: vec![],
+                },
+                JudgedTurn { assistant: "I am done.".into(), calls: vec![], parse_errors: vec![] },
+            ],
+            end_reason: Some("finished".into()),
+            finish_message: Some("done".into()),
+        };
+        let text = render_transcript(&episode, RenderLimits::default());
+        assert!(text.contains("Tool [bash cmd=ls /app] (exit 2):"), "{text}");
+        assert!(text.contains("characters cut"));
+        assert!(text.contains("(no tool call in this reply)"));
+        assert!(text.len() < 2500);
+        assert_eq!(render_ending(&episode), "the agent called `finish`; its final message: done");
+    }
+}
