@@ -277,7 +277,13 @@ impl ModelBackend for LocalBackend {
             prompt_tokens_cached: None,
             prompt_tokens_computed: None,
             completion_tokens: usage.completion_tokens,
-            prompt_eval: engine_times.map(|(p, _)| secs(p)).unwrap_or_default(),
+            // Short calls may end before mistral.rs reports its times; the time to the
+            // first token is then the best measure of the prompt's cost.
+            prompt_eval: engine_times
+                .map(|(p, _)| secs(p))
+                .filter(|d| !d.is_zero())
+                .or_else(|| first_token.map(|t| t.duration_since(started)))
+                .unwrap_or_default(),
             time_to_first_token: first_token.map(|t| t.duration_since(started)).unwrap_or_default(),
             decode: engine_times.map(|(_, c)| secs(c)).unwrap_or_default(),
         };

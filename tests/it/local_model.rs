@@ -2,7 +2,6 @@
 //! built-in default (SmolLM2 GGUF, through llama.cpp) running a real task.
 
 use std::process::Command;
-use std::time::{Duration, Instant};
 
 use agent::llm::{
     ChatMessage, ChatRequest, FinishReason, LocalBackend, LocalModelOptions, ModelBackend, Role, SamplingParams,
@@ -50,27 +49,10 @@ async fn interrupt_stops_generation_and_the_model_stays_usable() {
     let dir = tiny_model();
     let opts = LocalModelOptions { force_cpu: true, ..Default::default() };
     let model = LocalBackend::load(dir.path(), &opts).await.unwrap();
-    let cancel = CancellationToken::new();
-    let trigger = cancel.clone();
-    let mut seen = 0usize;
     let mut req = request(100_000);
     req.sampling.temperature = Some(1.0);
-    let t = Instant::now();
-    let r = model
-        .chat(
-            &req,
-            &mut |_| {
-                seen += 1;
-                if seen == 3 {
-                    trigger.cancel();
-                }
-            },
-            &cancel,
-        )
-        .await
-        .unwrap();
+    let (r, seen) = support::chat_cancelled_after(&model, &req, 3).await;
     assert_eq!(r.finish_reason, FinishReason::Cancelled);
-    assert!(t.elapsed() < Duration::from_secs(30), "{:?}", t.elapsed());
     assert!(seen <= 4, "{seen} deltas after the interrupt");
     let again = model.chat(&request(8), &mut |_| {}, &CancellationToken::new()).await.unwrap();
     assert!(again.usage.completion_tokens > 0);
@@ -124,5 +106,9 @@ fn default_model_runs_the_hello_world_task() {
     let stdout = String::from_utf8_lossy(&out.stdout);
     eprintln!("{stdout}");
     assert!(stdout.contains("tokens/s decode"), "{stdout}{}", String::from_utf8_lossy(&out.stderr));
-    assert!(stdout.contains("stopped: the turn limit was reached") || stdout.contains("finished:"), "{stdout}");
+    // A 135M model rarely solves it: the episode must end for a reported reason (finish,
+    // the turn limit, or three replies in a row without a valid action) after real turns.
+    let finished = stdout.contains("✔ finished:");
+    let stopped_after_feedback = stdout.contains("── turn 2 ──") && stdout.contains("■ stopped: ");
+    assert!(finished || stopped_after_feedback, "{stdout}");
 }

@@ -113,3 +113,23 @@ pub fn start_server(model_spec: &str, model_id: &str) -> (std::process::Child, S
 pub fn json_events(stdout: &str) -> Vec<serde_json::Value> {
     stdout.lines().filter_map(|l| serde_json::from_str(l).ok()).collect()
 }
+
+/// Sends `request` and cancels it from inside the stream callback once `after` deltas
+/// arrived, as an `Op::Interrupt` would; returns the response and how many deltas came.
+pub async fn chat_cancelled_after(
+    model: &dyn agent::llm::ModelBackend,
+    request: &agent::llm::ChatRequest,
+    after: usize,
+) -> (agent::llm::ChatResponse, usize) {
+    let cancel = tokio_util::sync::CancellationToken::new();
+    let trigger = cancel.clone();
+    let mut seen = 0usize;
+    let mut on_delta = |_: &str| {
+        seen += 1;
+        if seen == after {
+            trigger.cancel();
+        }
+    };
+    let response = model.chat(request, &mut on_delta, &cancel).await.unwrap();
+    (response, seen)
+}
