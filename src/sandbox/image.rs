@@ -309,12 +309,24 @@ async fn run_build(
     context: Vec<u8>,
     log: &mut (dyn FnMut(&str) + Send),
 ) -> Result<(), SandboxError> {
+    run_build_with(docker, tag, dockerfile, context, &BuildEnv::default(), log).await
+}
+
+async fn run_build_with(
+    docker: &Docker,
+    tag: &str,
+    dockerfile: &str,
+    context: Vec<u8>,
+    env: &BuildEnv,
+    log: &mut (dyn FnMut(&str) + Send),
+) -> Result<(), SandboxError> {
     let opts = BuildImageOptions::<String> {
         dockerfile: dockerfile.into(),
         t: tag.into(),
         rm: true,
         forcerm: true,
         labels: HashMap::from([("agent.image".to_string(), "1".to_string())]),
+        extrahosts: (!env.extra_hosts.is_empty()).then(|| env.extra_hosts.join(",")),
         ..Default::default()
     };
     let mut stream = docker.build_image(opts, None, Some(context.into()));
@@ -349,6 +361,34 @@ async fn run_build(
     Ok(())
 }
 
+/// What a build hands its containers from the host: name overrides (`name:ip`, for
+/// hosts that reach mirrors only through `/etc/hosts` entries) and a CA bundle (for
+/// hosts behind a private CA), which containers do not inherit.
+#[derive(Debug, Clone, Default)]
+pub struct BuildEnv {
+    /// `name:ip` entries added to `/etc/hosts` of the build containers.
+    pub extra_hosts: Vec<String>,
+    /// PEM bundle installed in every stage and named by the usual variables.
+    pub ca_bundle: Option<Vec<u8>>,
+}
+
+/// Where [`BuildEnv::ca_bundle`] lands in an image.
+pub const CA_BUNDLE_PATH: &str = "/usr/local/share/agent/host-ca-bundle.crt";
+const CA_CONTEXT_NAME: &str = "agent-host-ca-bundle.crt";
+
+impl BuildEnv {
+    /// The Dockerfile lines that install the CA bundle, right after a `FROM`.
+    fn stage_lines(&self) -> String {
+        if self.ca_bundle.is_none() {
+            return String::new();
+        }
+        let p = CA_BUNDLE_PATH;
+        format!(
+            "COPY {CA_CONTEXT_NAME} {p}\nENV SSL_CERT_FILE={p} REQUESTS_CA_BUNDLE={p} PIP_CERT={p} CURL_CA_BUNDLE={p} GIT_SSL_CAINFO={p} NODE_EXTRA_CA_CERTS={p} UV_NATIVE_TLS=1\n"
+        )
+    }
+}
+
 /// Builds a task's Dockerfile with every `FROM` image resolved through
 /// [`resolve_image`]; returns the tag built.
 pub async fn build_task_image(
@@ -357,6 +397,21 @@ pub async fn build_task_image(
     context_dir: &Path,
     dockerfile: &Path,
     tag: &str,
+    notice: &mut (dyn FnMut(String) + Send),
+    log: &mut (dyn FnMut(&str) + Send),
+) -> Result<String, SandboxError> {
+    build_task_image_with(docker, map, context_dir, dockerfile, tag, &BuildEnv::default(), notice, log).await
+}
+
+/// [`build_task_image`] with the host's name overrides and CA bundle handed to the build.
+#[allow(clippy::too_many_arguments)]
+pub async fn build_task_image_with(
+    docker: &Docker,
+    map: &ImageMap,
+    context_dir: &Path,
+    dockerfile: &Path,
+    tag: &str,
+    env: &BuildEnv,
     notice: &mut (dyn FnMut(String) + Send),
     log: &mut (dyn FnMut(&str) + Send),
 ) -> Result<String, SandboxError> {
@@ -397,6 +452,8 @@ pub async fn build_task_image(
                 new_line.push_str(w);
             }
             rewritten.push_str(&new_line);
+            rewritten.push('\n');
+            rewritten.push_str(env.stage_lines().trim_end());
         } else {
             rewritten.push_str(line);
         }
@@ -412,8 +469,14 @@ pub async fn build_task_image(
     header.set_size(rewritten.len() as u64);
     header.set_mode(0o644);
     builder.append_data(&mut header, name, rewritten.as_bytes()).map_err(io("pack the rewritten Dockerfile".into()))?;
+    if let Some(ca) = &env.ca_bundle {
+        let mut header = tar::Header::new_gnu();
+        header.set_size(ca.len() as u64);
+        header.set_mode(0o644);
+        builder.append_data(&mut header, CA_CONTEXT_NAME, ca.as_slice()).map_err(io("pack the CA bundle".into()))?;
+    }
     let context = builder.into_inner().map_err(io("pack the build context".into()))?;
-    run_build(docker, tag, name, context, log).await?;
+    run_build_with(docker, tag, name, context, env, log).await?;
     Ok(tag.to_string())
 }
 

@@ -92,3 +92,17 @@ pub fn script(dir: &tempfile::TempDir, name: &str, yaml: &str) -> PathBuf {
     std::fs::write(&p, yaml).expect("write script");
     p
 }
+
+/// Names of networks labelled with this run id.
+pub fn networks_of_run(run_id: &str) -> Vec<String> {
+    let out = Command::new("docker")
+        .args(["network", "ls", "--filter", &format!("label=agent.run={run_id}"), "--format", "{{.Name}}"])
+        .output()
+        .expect("docker network ls");
+    String::from_utf8_lossy(&out.stdout).lines().map(str::to_string).filter(|l| !l.is_empty()).collect()
+}
+
+/// A fixture under `tests/fixtures/`.
+pub fn fixture(path: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures").join(path)
+}
