@@ -185,7 +185,14 @@ pub async fn run_bench(
         } else {
             format!(" [{}] {}", rec.failure_mode.as_str(), rec.reason.chars().take(160).collect::<String>())
         };
-        bar.println(format!("{mark} {} #{} ({:.1} s){why}", rec.task, rec.attempt, rec.timings.total_secs));
+        let line = format!("{mark} {} #{} ({:.1} s){why}", rec.task, rec.attempt, rec.timings.total_secs);
+        if !opts.progress {
+            // --quiet: the summary table says it all.
+        } else if bar.is_hidden() {
+            eprintln!("{line}");
+        } else {
+            bar.println(line);
+        }
         bar.set_message(format!("{resolved} resolved"));
         bar.inc(1);
         done.push(rec);

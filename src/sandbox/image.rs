@@ -500,6 +500,17 @@ mod tests {
     }
 
     #[test]
+    fn a_ca_bundle_is_installed_and_named_in_every_stage() {
+        assert_eq!(BuildEnv::default().stage_lines(), "");
+        let env = BuildEnv { extra_hosts: vec![], ca_bundle: Some(b"pem".to_vec()) };
+        let lines = env.stage_lines();
+        assert!(lines.starts_with(&format!("COPY {CA_CONTEXT_NAME} {CA_BUNDLE_PATH}\n")), "{lines}");
+        for var in ["SSL_CERT_FILE", "REQUESTS_CA_BUNDLE", "PIP_CERT", "CURL_CA_BUNDLE"] {
+            assert!(lines.contains(&format!("{var}={CA_BUNDLE_PATH}")), "{var}: {lines}");
+        }
+    }
+
+    #[test]
     fn image_map_lookup() {
         let map = ImageMap(BTreeMap::from([("python:*".to_string(), "local-py".to_string())]));
         assert_eq!(map.lookup("python:3.13-slim"), Some("local-py"));
