@@ -65,7 +65,11 @@ impl HostEnv {
 
     /// The sandbox's build options.
     pub fn build_env(&self) -> BuildEnv {
-        BuildEnv { extra_hosts: self.extra_hosts.clone(), ca_bundle: self.ca_bundle.as_ref().map(|(_, b)| b.clone()) }
+        BuildEnv {
+            extra_hosts: self.extra_hosts.clone(),
+            ca_bundle: self.ca_bundle.as_ref().map(|(_, b)| b.clone()),
+            exec_shebangs: true,
+        }
     }
 }
 

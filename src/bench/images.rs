@@ -101,7 +101,15 @@ impl ImageCache {
                     }
                     let tag = format!("agent-bench-{}-{}:latest", sanitize(&task.name), sanitize(&service.name));
                     let mut on_notice = |n: String| notices.push(n);
-                    sandbox::build_task_image_with(
+                    let mut errors: Vec<String> = Vec::new();
+                    let mut on_log = |l: &str| {
+                        tracing::debug!("build {tag}: {l}");
+                        let clean = sandbox::sanitize(l.as_bytes()).trim().to_string();
+                        if errors.len() < 3 && looks_like_error(&clean) {
+                            errors.push(clean);
+                        }
+                    };
+                    let built = sandbox::build_task_image_with(
                         &self.docker,
                         &self.map,
                         context,
@@ -109,10 +117,19 @@ impl ImageCache {
                         &tag,
                         &self.build_env,
                         &mut on_notice,
-                        &mut |l| tracing::debug!("build {tag}: {l}"),
+                        &mut on_log,
                     )
-                    .await
-                    .map_err(|e| format!("service `{}` ({}): {e}", service.name, dockerfile.display()))?
+                    .await;
+                    built.map_err(|e| {
+                        // The engine's message names the failed step; the cause is
+                        // usually an earlier line (a failed download, a missing host).
+                        let first = if errors.is_empty() {
+                            String::new()
+                        } else {
+                            format!("; first error lines: {}", errors.join(" | "))
+                        };
+                        format!("service `{}` ({}){first}; {e}", service.name, dockerfile.display())
+                    })?
                 }
             };
             by_service.insert(service.name.clone(), image);
@@ -178,6 +195,14 @@ fn from_images(dockerfile: &Path) -> Vec<String> {
         .collect()
 }
 
+/// Build output lines that usually carry the cause of a failed build.
+fn looks_like_error(line: &str) -> bool {
+    let l = line.to_lowercase();
+    ["could not resolve", "unable to access", "fatal:", "error:", "err:", "no matching distribution", "not found"]
+        .iter()
+        .any(|p| l.contains(p))
+}
+
 /// A Docker-safe name part.
 pub fn sanitize(name: &str) -> String {
     let s: String = name
@@ -203,5 +228,7 @@ mod tests {
         std::fs::write(&p, "FROM --platform=x a:1 AS b\nRUN x\nfrom b\n").unwrap();
         assert_eq!(from_images(&p), ["a:1", "b"]);
         assert_eq!(sanitize("Hello World"), "hello-world");
+        assert!(looks_like_error("fatal: unable to access 'https://github.com/x/': Could not resolve host"));
+        assert!(!looks_like_error("Step 3/5 : RUN make"));
     }
 }

@@ -370,6 +370,41 @@ pub struct BuildEnv {
     pub extra_hosts: Vec<String>,
     /// PEM bundle installed in every stage and named by the usual variables.
     pub ca_bundle: Option<Vec<u8>>,
+    /// Give scripts (`#!` files) without any execute bit `rwxr-xr-x` in the context:
+    /// copies of task repositories that lost their modes (read-only exports) would
+    /// otherwise ship non-executable tools.
+    pub exec_shebangs: bool,
+}
+
+/// Packs `dir` under `name` like `append_dir_all`, restoring execute bits of scripts.
+fn append_tree(builder: &mut tar::Builder<Vec<u8>>, dir: &Path, name: &Path) -> std::io::Result<()> {
+    builder.append_dir(name, dir)?;
+    let mut entries: Vec<_> = std::fs::read_dir(dir)?.collect::<Result<_, _>>()?;
+    entries.sort_by_key(|e| e.file_name());
+    for entry in entries {
+        let path = entry.path();
+        let child = name.join(entry.file_name());
+        let kind = entry.file_type()?;
+        if kind.is_dir() {
+            append_tree(builder, &path, &child)?;
+        } else if kind.is_file() {
+            let meta = entry.metadata()?;
+            let mut file = std::fs::File::open(&path)?;
+            let mut head = [0u8; 2];
+            let is_script = std::io::Read::read(&mut file, &mut head)? == 2 && &head == b"#!";
+            std::io::Seek::rewind(&mut file)?;
+            let mut header = tar::Header::new_gnu();
+            header.set_metadata(&meta);
+            let mode = header.mode()?;
+            if is_script && mode & 0o111 == 0 {
+                header.set_mode(mode | 0o755);
+            }
+            builder.append_data(&mut header, &child, file)?;
+        } else {
+            builder.append_path_with_name(&path, &child)?;
+        }
+    }
+    Ok(())
 }
 
 /// Where [`BuildEnv::ca_bundle`] lands in an image.
@@ -461,9 +496,12 @@ pub async fn build_task_image_with(
     }
     let mut builder = tar::Builder::new(Vec::new());
     builder.follow_symlinks(false);
-    builder
-        .append_dir_all(".", context_dir)
-        .map_err(io(format!("pack the build context {}", context_dir.display())))?;
+    let packed = if env.exec_shebangs {
+        append_tree(&mut builder, context_dir, Path::new("."))
+    } else {
+        builder.append_dir_all(".", context_dir)
+    };
+    packed.map_err(io(format!("pack the build context {}", context_dir.display())))?;
     let name = "Dockerfile.agent-resolved";
     let mut header = tar::Header::new_gnu();
     header.set_size(rewritten.len() as u64);
@@ -502,12 +540,34 @@ mod tests {
     #[test]
     fn a_ca_bundle_is_installed_and_named_in_every_stage() {
         assert_eq!(BuildEnv::default().stage_lines(), "");
-        let env = BuildEnv { extra_hosts: vec![], ca_bundle: Some(b"pem".to_vec()) };
+        let env = BuildEnv { ca_bundle: Some(b"pem".to_vec()), ..Default::default() };
         let lines = env.stage_lines();
         assert!(lines.starts_with(&format!("COPY {CA_CONTEXT_NAME} {CA_BUNDLE_PATH}\n")), "{lines}");
         for var in ["SSL_CERT_FILE", "REQUESTS_CA_BUNDLE", "PIP_CERT", "CURL_CA_BUNDLE"] {
             assert!(lines.contains(&format!("{var}={CA_BUNDLE_PATH}")), "{var}: {lines}");
         }
+    }
+
+    #[test]
+    fn scripts_without_execute_bits_get_them_and_other_files_keep_theirs() {
+        use std::os::unix::fs::PermissionsExt;
+        let d = tempfile::tempdir().unwrap();
+        std::fs::create_dir(d.path().join("sub")).unwrap();
+        std::fs::write(d.path().join("sub/tool.py"), "#!/usr/bin/env python3\n").unwrap();
+        std::fs::write(d.path().join("data.txt"), "#").unwrap();
+        for f in ["sub/tool.py", "data.txt"] {
+            std::fs::set_permissions(d.path().join(f), std::fs::Permissions::from_mode(0o444)).unwrap();
+        }
+        let mut b = tar::Builder::new(Vec::new());
+        append_tree(&mut b, d.path(), Path::new(".")).unwrap();
+        let bytes = b.into_inner().unwrap();
+        let mut modes = BTreeMap::new();
+        for e in tar::Archive::new(bytes.as_slice()).entries().unwrap() {
+            let e = e.unwrap();
+            modes.insert(e.path().unwrap().display().to_string(), e.header().mode().unwrap());
+        }
+        assert_eq!(modes["./sub/tool.py"] & 0o777, 0o755, "{modes:?}");
+        assert_eq!(modes["./data.txt"] & 0o777, 0o444, "{modes:?}");
     }
 
     #[test]
