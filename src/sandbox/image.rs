@@ -564,10 +564,11 @@ mod tests {
         let mut modes = BTreeMap::new();
         for e in tar::Archive::new(bytes.as_slice()).entries().unwrap() {
             let e = e.unwrap();
-            modes.insert(e.path().unwrap().display().to_string(), e.header().mode().unwrap());
+            let path = e.path().unwrap().display().to_string();
+            modes.insert(path.trim_start_matches("./").to_string(), e.header().mode().unwrap());
         }
-        assert_eq!(modes["./sub/tool.py"] & 0o777, 0o755, "{modes:?}");
-        assert_eq!(modes["./data.txt"] & 0o777, 0o444, "{modes:?}");
+        assert_eq!(modes["sub/tool.py"] & 0o777, 0o755, "{modes:?}");
+        assert_eq!(modes["data.txt"] & 0o777, 0o444, "{modes:?}");
     }
 
     #[test]

@@ -112,6 +112,7 @@ fn every_failure_mode_is_recorded_with_a_reason_and_the_run_goes_on() {
     assert!(started.elapsed() < Duration::from_secs(240), "{:?}", started.elapsed());
     assert!(text.contains("env_build_failed 2"), "{text}");
     assert_nothing_left(&id);
+    support::remove_bench_images(&["broken-dockerfile", "hanging-test", "no-summary", "missing-field"]);
 }
 
 #[test]
@@ -156,6 +157,7 @@ fn a_killed_run_resumes_to_the_same_counts_and_leaves_nothing_behind() {
     assert_eq!(std::fs::read_to_string(out.join("slow-ok/attempt-0/result.json")).unwrap(), first);
     assert_eq!(r["stats"]["pass_at_k"]["3"].as_f64(), Some(1.0));
     assert_nothing_left(&id);
+    support::remove_bench_images(&["slow-ok"]);
 }
 
 #[test]

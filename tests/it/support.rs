@@ -106,3 +106,18 @@ pub fn networks_of_run(run_id: &str) -> Vec<String> {
 pub fn fixture(path: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures").join(path)
 }
+
+/// Removes the images `agent bench` built for these fixture tasks, and dangling
+/// layers its failed builds left.
+pub fn remove_bench_images(tasks: &[&str]) {
+    for t in tasks {
+        let out = Command::new("docker")
+            .args(["images", "--format", "{{.Repository}}:{{.Tag}}", &format!("agent-bench-{t}-*")])
+            .output()
+            .expect("docker images");
+        for image in String::from_utf8_lossy(&out.stdout).lines().filter(|l| !l.is_empty()) {
+            let _ = Command::new("docker").args(["rmi", "-f", image]).output();
+        }
+    }
+    let _ = Command::new("docker").args(["image", "prune", "-f", "--filter", "label=agent.image=1"]).output();
+}
