@@ -36,6 +36,8 @@ pub struct BenchOptions {
     pub host: HostEnv,
     pub resolve: ResolveOptions,
     pub progress: bool,
+    /// Scales every task's agent and test timeouts (Terminal-Bench's timeout multiplier).
+    pub timeout_multiplier: f64,
 }
 
 /// The run's directory and id, decided before anything starts (the CLI needs them
@@ -116,7 +118,13 @@ pub async fn run_bench(
     notice: &(dyn Fn(String) + Sync),
 ) -> Result<ResultsFile, BenchError> {
     let m = &plan.manifest;
-    let entries = discover(&m.tasks)?;
+    let mut entries = discover(&m.tasks)?;
+    if opts.timeout_multiplier != 1.0 {
+        for task in entries.iter_mut().filter_map(|e| e.task.as_mut().ok()) {
+            task.agent_timeout = task.agent_timeout.mul_f64(opts.timeout_multiplier);
+            task.test_timeout = task.test_timeout.mul_f64(opts.timeout_multiplier);
+        }
+    }
     std::fs::create_dir_all(&plan.run_dir).map_err(|e| BenchError::io(&plan.run_dir, e))?;
     if !opts.resume {
         results::write_json(&plan.run_dir.join("run.json"), m)?;

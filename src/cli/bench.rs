@@ -53,6 +53,9 @@ pub struct BenchArgs {
     /// Hand containers nothing from the host (no /etc/hosts entries, no CA bundle).
     #[arg(long)]
     pub no_host_env: bool,
+    /// Multiply every task's agent and test timeouts (slow or loaded machines).
+    #[arg(long, default_value_t = 1.0, value_parser = positive_f64)]
+    pub timeout_multiplier: f64,
     /// No progress bar.
     #[arg(long)]
     pub quiet: bool,
@@ -87,6 +90,7 @@ pub async fn run(args: BenchArgs, config: Config) -> anyhow::Result<u8> {
             progress: !args.quiet,
         },
         progress: !args.quiet,
+        timeout_multiplier: args.timeout_multiplier,
     };
     let plan = bench::plan(&opts)?;
     let docker = sandbox::connect().await?;
@@ -115,4 +119,11 @@ pub async fn run(args: BenchArgs, config: Config) -> anyhow::Result<u8> {
     print!("{}", bench::report::summary_table(&results, Some(started.elapsed().as_secs_f64())));
     println!("results: {}\nreport:  {}", plan.run_dir.join("results.json").display(), report.display());
     Ok(0)
+}
+
+fn positive_f64(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(v) if v.is_finite() && v > 0.0 => Ok(v),
+        _ => Err(format!("`{s}` is not a positive number")),
+    }
 }

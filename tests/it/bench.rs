@@ -185,7 +185,31 @@ fn our_agent_with_a_scripted_model_resolves_hello_world_and_saves_its_trajectory
         let traj = std::fs::read_to_string(out.join(format!("hello-world/attempt-{a}/trajectory.jsonl"))).unwrap();
         assert!(traj.contains("Hello, world!"), "{traj}");
         assert!(out.join(format!("hello-world/attempt-{a}/events.jsonl")).is_file());
+        let atif: Value = serde_json::from_str(
+            &std::fs::read_to_string(out.join(format!("hello-world/attempt-{a}/trajectory.atif.json"))).unwrap(),
+        )
+        .unwrap();
+        assert_eq!(atif["steps"][2]["tool_calls"][0]["function_name"], "bash", "{atif}");
     }
+    assert_nothing_left(&id);
+
+    // A model that fails mid-episode (its script runs out) is an agent error; the
+    // tests still run, and the file it wrote counts.
+    let short =
+        support::script(&dir, "short.yaml", "- |\n  <bash>\n  cmd: echo \"Hello, world!\" > hello.txt\n  </bash>\n");
+    let id = run_id("agenterr");
+    let model = format!("scripted:{}", short.display());
+    let (code, text, r) = bench(
+        &dir.path().join("e"),
+        &id,
+        &["--agent", "agent", "--model", &model],
+        &[&support::tb1_task("hello-world")],
+    );
+    assert_eq!(code, 0, "{text}");
+    let t = trial(&r, "hello-world", 0);
+    assert_eq!(t["failure_mode"], "agent_error", "{t}");
+    assert!(t["reason"].as_str().unwrap().contains("script"), "{t}");
+    assert_eq!(t["resolved"], true, "{t}");
     assert_nothing_left(&id);
 }
 
@@ -243,4 +267,24 @@ fn default_model_runs_hello_world_twice_and_reports_honestly() {
         r["trials"].as_array().unwrap().iter().filter(|t| t["resolved"] == true).count()
     );
     assert_nothing_left(&id);
+}
+
+#[test]
+fn a_tb2_task_is_scored_by_its_reward_file() {
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(support::docker());
+    let dir = tempfile::tempdir().unwrap();
+    let task = support::fixture("bench/tb2-hello");
+    for (agent, resolved, reward) in [("oracle", true, 1.0), ("nop", false, 0.0)] {
+        let id = run_id(&format!("tb2{agent}"));
+        let (code, text, r) = bench(&dir.path().join(agent), &id, &["--agent", agent], &[&task]);
+        assert_eq!(code, 0, "{text}");
+        let t = trial(&r, "tb2-hello", 0);
+        assert_eq!(t["resolved"], resolved, "{t}");
+        assert_eq!(t["verified_by"], "reward-file", "{t}");
+        assert_eq!(t["score"].as_f64(), Some(reward), "{t}");
+        assert_eq!(t["failure_mode"], "unset", "{t}");
+        assert_nothing_left(&id);
+    }
+    support::remove_bench_images(&["tb2-hello"]);
 }
