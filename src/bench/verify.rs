@@ -156,8 +156,8 @@ async fn run_fallback(task: &BenchTask, sandbox: &Sandbox, script: &str, reason:
     let setup = format!(
         "export PIP_BREAK_SYSTEM_PACKAGES=1 PIP_DISABLE_PIP_VERSION_CHECK=1\n\
          PY=$(command -v python3 || command -v python) || {{ echo 'no python in the container'; exit 127; }}\n\
-         if ! \"$PY\" -m pytest --version >/dev/null 2>&1; then \"$PY\" -m pip install -q {pytest_pin} || exit 3; fi\n\
-         {}\n\"$PY\" -m pytest --version 2>&1",
+         V=$(\"$PY\" -m pytest --version 2>&1) || {{ \"$PY\" -m pip install -q {pytest_pin} || exit 3; V=$(\"$PY\" -m pytest --version 2>&1); }}\n\
+         {}\necho \"$V\"",
         if extras.is_empty() {
             String::new()
         } else {
