@@ -85,6 +85,7 @@ fn every_failure_mode_is_recorded_with_a_reason_and_the_run_goes_on() {
     rt.block_on(support::docker());
     let dir = tempfile::tempdir().unwrap();
     let id = run_id("modes");
+    let dangling = support::dangling_images();
     let started = Instant::now();
     let (code, text, r) = bench(
         &dir.path().join("r"),
@@ -113,6 +114,7 @@ fn every_failure_mode_is_recorded_with_a_reason_and_the_run_goes_on() {
     assert!(text.contains("env_build_failed 2"), "{text}");
     assert_nothing_left(&id);
     support::remove_bench_images(&["broken-dockerfile", "hanging-test", "no-summary", "missing-field"]);
+    support::remove_new_bench_leftovers(&dangling);
 }
 
 #[test]
