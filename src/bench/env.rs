@@ -231,3 +231,28 @@ pub async fn remove_run(docker: &Docker, run_id: &str) -> (usize, usize) {
     let containers = sandbox::remove_run(docker, run_id).await.unwrap_or(0);
     (containers, remove_run_networks(docker, run_id).await)
 }
+
+/// [`remove_run`] until nothing of the run is left: after an interrupt, a create
+/// call that was in flight can finish (or still be finishing, which makes its
+/// removal fail) after the first pass.
+pub async fn remove_run_settled(docker: &Docker, run_id: &str) -> (usize, usize) {
+    let mut total = (0, 0);
+    for pass in 0..20 {
+        let (c, n) = remove_run(docker, run_id).await;
+        total = (total.0 + c, total.1 + n);
+        if pass >= 1 && count_run(docker, run_id).await == 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    total
+}
+
+/// Containers (any state) and networks labelled with `run_id`.
+async fn count_run(docker: &Docker, run_id: &str) -> usize {
+    let filters = HashMap::from([("label".to_string(), vec![format!("{LABEL_RUN}={run_id}")])]);
+    let opts = bollard::container::ListContainersOptions { all: true, filters: filters.clone(), ..Default::default() };
+    let containers = docker.list_containers(Some(opts)).await.map(|l| l.len()).unwrap_or(1);
+    let networks = docker.list_networks(Some(ListNetworksOptions { filters })).await.map(|l| l.len()).unwrap_or(1);
+    containers + networks
+}

@@ -290,3 +290,34 @@ fn a_tb2_task_is_scored_by_its_reward_file() {
     }
     support::remove_bench_images(&["tb2-hello"]);
 }
+
+#[test]
+fn sigint_removes_the_runs_containers_at_once_and_keeps_finished_trials() {
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(support::docker());
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("r");
+    let id = run_id("sigint");
+    let child = Command::new(support::agent_bin())
+        .args(["bench", "--quiet", "--agent", "oracle", "-k", "2", "--run-id", &id, "--output"])
+        .arg(&out)
+        .arg(support::fixture("bench/slow-ok"))
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(300);
+    while support::containers_of_run(&id).is_empty() {
+        assert!(Instant::now() < deadline, "no container started");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let kill = Command::new("kill").args(["-INT", &child.id().to_string()]).status().unwrap();
+    assert!(kill.success());
+    let o = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(130), "{err}");
+    assert!(err.contains("--resume"), "{err}");
+    assert_nothing_left(&id);
+    assert!(out.join("run.json").is_file());
+    support::remove_bench_images(&["slow-ok"]);
+}
