@@ -9,7 +9,7 @@ use bollard::Docker;
 use futures_util::StreamExt;
 
 use super::agents::{AgentKind, ModelSource};
-use super::env::{remove_run, EnvSettings};
+use super::env::{remove_run_settled, EnvSettings};
 use super::error::BenchError;
 use super::hostenv::HostEnv;
 use super::images::ImageCache;
@@ -130,7 +130,7 @@ pub async fn run_bench(
         results::write_json(&plan.run_dir.join("run.json"), m)?;
     }
     // Containers and networks of an earlier, killed invocation of this run.
-    let (c, n) = remove_run(docker, &plan.run_id).await;
+    let (c, n) = remove_run_settled(docker, &plan.run_id).await;
     if c + n > 0 {
         notice(format!("removed {c} container(s) and {n} network(s) left by an interrupted invocation of this run"));
     }
