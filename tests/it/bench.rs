@@ -321,3 +321,24 @@ fn sigint_removes_the_runs_containers_at_once_and_keeps_finished_trials() {
     assert!(out.join("run.json").is_file());
     support::remove_bench_images(&["slow-ok"]);
 }
+
+#[test]
+fn builds_and_containers_get_the_name_overrides_and_the_ca_bundle() {
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(support::docker());
+    let dir = tempfile::tempdir().unwrap();
+    let id = run_id("hostenv");
+    let task = support::fixture("bench/host-env");
+    let args = ["--agent", "oracle", "--add-host", "bench-probe.internal:10.11.12.13"];
+    let (code, text, r) = bench(&dir.path().join("r"), &id, &args, &[&task]);
+    assert_eq!(code, 0, "{text}");
+    let t = trial(&r, "host-env", 0);
+    assert_eq!(
+        t["resolved"],
+        true,
+        "{t}\n{}",
+        std::fs::read_to_string(dir.path().join("r/host-env/attempt-0/tests.log")).unwrap_or_default()
+    );
+    assert_nothing_left(&id);
+    support::remove_bench_images(&["host-env"]);
+}
