@@ -5,6 +5,7 @@
 //! [`sandbox`] container.
 
 pub mod agent;
+pub mod bench;
 pub mod config;
 pub mod judge;
 pub mod llm;

@@ -1,5 +1,6 @@
 //! Subcommands. Each is a client of the library; none reaches into the loop.
 
+mod bench;
 mod judge_eval;
 mod model;
 mod model_bench;
@@ -31,6 +32,8 @@ pub struct Cli {
 pub enum Command {
     /// Run one episode headless.
     Run(run::RunArgs),
+    /// Run Terminal-Bench tasks and score them.
+    Bench(bench::BenchArgs),
     /// Serve a model over an OpenAI-compatible HTTP API.
     Serve(serve::ServeArgs),
     /// Manage sandbox images and containers.
@@ -97,6 +100,7 @@ pub async fn dispatch(cli: Cli) -> anyhow::Result<u8> {
     let config = agent::config::Config::load(cli.config.as_deref())?;
     match cli.command {
         Some(Command::Run(args)) => run::run(args, config).await,
+        Some(Command::Bench(args)) => bench::run(args, config).await,
         Some(Command::Sandbox(cmd)) => sandbox::run(cmd, config).await,
         Some(Command::Serve(args)) => serve::run(args, config).await,
         Some(Command::Model(cmd)) => model::run(cmd).await,

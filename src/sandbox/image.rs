@@ -309,12 +309,24 @@ async fn run_build(
     context: Vec<u8>,
     log: &mut (dyn FnMut(&str) + Send),
 ) -> Result<(), SandboxError> {
+    run_build_with(docker, tag, dockerfile, context, &BuildEnv::default(), log).await
+}
+
+async fn run_build_with(
+    docker: &Docker,
+    tag: &str,
+    dockerfile: &str,
+    context: Vec<u8>,
+    env: &BuildEnv,
+    log: &mut (dyn FnMut(&str) + Send),
+) -> Result<(), SandboxError> {
     let opts = BuildImageOptions::<String> {
         dockerfile: dockerfile.into(),
         t: tag.into(),
         rm: true,
         forcerm: true,
         labels: HashMap::from([("agent.image".to_string(), "1".to_string())]),
+        extrahosts: (!env.extra_hosts.is_empty()).then(|| env.extra_hosts.join(",")),
         ..Default::default()
     };
     let mut stream = docker.build_image(opts, None, Some(context.into()));
@@ -349,6 +361,69 @@ async fn run_build(
     Ok(())
 }
 
+/// What a build hands its containers from the host: name overrides (`name:ip`, for
+/// hosts that reach mirrors only through `/etc/hosts` entries) and a CA bundle (for
+/// hosts behind a private CA), which containers do not inherit.
+#[derive(Debug, Clone, Default)]
+pub struct BuildEnv {
+    /// `name:ip` entries added to `/etc/hosts` of the build containers.
+    pub extra_hosts: Vec<String>,
+    /// PEM bundle installed in every stage and named by the usual variables.
+    pub ca_bundle: Option<Vec<u8>>,
+    /// Give scripts (`#!` files) without any execute bit `rwxr-xr-x` in the context:
+    /// copies of task repositories that lost their modes (read-only exports) would
+    /// otherwise ship non-executable tools.
+    pub exec_shebangs: bool,
+}
+
+/// Packs `dir` under `name` like `append_dir_all`, restoring execute bits of scripts.
+fn append_tree(builder: &mut tar::Builder<Vec<u8>>, dir: &Path, name: &Path) -> std::io::Result<()> {
+    builder.append_dir(name, dir)?;
+    let mut entries: Vec<_> = std::fs::read_dir(dir)?.collect::<Result<_, _>>()?;
+    entries.sort_by_key(|e| e.file_name());
+    for entry in entries {
+        let path = entry.path();
+        let child = name.join(entry.file_name());
+        let kind = entry.file_type()?;
+        if kind.is_dir() {
+            append_tree(builder, &path, &child)?;
+        } else if kind.is_file() {
+            let meta = entry.metadata()?;
+            let mut file = std::fs::File::open(&path)?;
+            let mut head = [0u8; 2];
+            let is_script = std::io::Read::read(&mut file, &mut head)? == 2 && &head == b"#!";
+            std::io::Seek::rewind(&mut file)?;
+            let mut header = tar::Header::new_gnu();
+            header.set_metadata(&meta);
+            let mode = header.mode()?;
+            if is_script && mode & 0o111 == 0 {
+                header.set_mode(mode | 0o755);
+            }
+            builder.append_data(&mut header, &child, file)?;
+        } else {
+            builder.append_path_with_name(&path, &child)?;
+        }
+    }
+    Ok(())
+}
+
+/// Where [`BuildEnv::ca_bundle`] lands in an image.
+pub const CA_BUNDLE_PATH: &str = "/usr/local/share/agent/host-ca-bundle.crt";
+const CA_CONTEXT_NAME: &str = "agent-host-ca-bundle.crt";
+
+impl BuildEnv {
+    /// The Dockerfile lines that install the CA bundle, right after a `FROM`.
+    fn stage_lines(&self) -> String {
+        if self.ca_bundle.is_none() {
+            return String::new();
+        }
+        let p = CA_BUNDLE_PATH;
+        format!(
+            "COPY {CA_CONTEXT_NAME} {p}\nENV SSL_CERT_FILE={p} REQUESTS_CA_BUNDLE={p} PIP_CERT={p} CURL_CA_BUNDLE={p} GIT_SSL_CAINFO={p} NODE_EXTRA_CA_CERTS={p} UV_NATIVE_TLS=1\n"
+        )
+    }
+}
+
 /// Builds a task's Dockerfile with every `FROM` image resolved through
 /// [`resolve_image`]; returns the tag built.
 pub async fn build_task_image(
@@ -357,6 +432,21 @@ pub async fn build_task_image(
     context_dir: &Path,
     dockerfile: &Path,
     tag: &str,
+    notice: &mut (dyn FnMut(String) + Send),
+    log: &mut (dyn FnMut(&str) + Send),
+) -> Result<String, SandboxError> {
+    build_task_image_with(docker, map, context_dir, dockerfile, tag, &BuildEnv::default(), notice, log).await
+}
+
+/// [`build_task_image`] with the host's name overrides and CA bundle handed to the build.
+#[allow(clippy::too_many_arguments)]
+pub async fn build_task_image_with(
+    docker: &Docker,
+    map: &ImageMap,
+    context_dir: &Path,
+    dockerfile: &Path,
+    tag: &str,
+    env: &BuildEnv,
     notice: &mut (dyn FnMut(String) + Send),
     log: &mut (dyn FnMut(&str) + Send),
 ) -> Result<String, SandboxError> {
@@ -397,6 +487,8 @@ pub async fn build_task_image(
                 new_line.push_str(w);
             }
             rewritten.push_str(&new_line);
+            rewritten.push('\n');
+            rewritten.push_str(env.stage_lines().trim_end());
         } else {
             rewritten.push_str(line);
         }
@@ -404,16 +496,25 @@ pub async fn build_task_image(
     }
     let mut builder = tar::Builder::new(Vec::new());
     builder.follow_symlinks(false);
-    builder
-        .append_dir_all(".", context_dir)
-        .map_err(io(format!("pack the build context {}", context_dir.display())))?;
+    let packed = if env.exec_shebangs {
+        append_tree(&mut builder, context_dir, Path::new("."))
+    } else {
+        builder.append_dir_all(".", context_dir)
+    };
+    packed.map_err(io(format!("pack the build context {}", context_dir.display())))?;
     let name = "Dockerfile.agent-resolved";
     let mut header = tar::Header::new_gnu();
     header.set_size(rewritten.len() as u64);
     header.set_mode(0o644);
     builder.append_data(&mut header, name, rewritten.as_bytes()).map_err(io("pack the rewritten Dockerfile".into()))?;
+    if let Some(ca) = &env.ca_bundle {
+        let mut header = tar::Header::new_gnu();
+        header.set_size(ca.len() as u64);
+        header.set_mode(0o644);
+        builder.append_data(&mut header, CA_CONTEXT_NAME, ca.as_slice()).map_err(io("pack the CA bundle".into()))?;
+    }
     let context = builder.into_inner().map_err(io("pack the build context".into()))?;
-    run_build(docker, tag, name, context, log).await?;
+    run_build_with(docker, tag, name, context, env, log).await?;
     Ok(tag.to_string())
 }
 
@@ -434,6 +535,40 @@ mod tests {
     fn tags_split_off_registry_ports_correctly() {
         assert_eq!(split_tag("localhost:5000/img"), ("localhost:5000/img", "latest"));
         assert_eq!(split_tag("debian:bookworm"), ("debian", "bookworm"));
+    }
+
+    #[test]
+    fn a_ca_bundle_is_installed_and_named_in_every_stage() {
+        assert_eq!(BuildEnv::default().stage_lines(), "");
+        let env = BuildEnv { ca_bundle: Some(b"pem".to_vec()), ..Default::default() };
+        let lines = env.stage_lines();
+        assert!(lines.starts_with(&format!("COPY {CA_CONTEXT_NAME} {CA_BUNDLE_PATH}\n")), "{lines}");
+        for var in ["SSL_CERT_FILE", "REQUESTS_CA_BUNDLE", "PIP_CERT", "CURL_CA_BUNDLE"] {
+            assert!(lines.contains(&format!("{var}={CA_BUNDLE_PATH}")), "{var}: {lines}");
+        }
+    }
+
+    #[test]
+    fn scripts_without_execute_bits_get_them_and_other_files_keep_theirs() {
+        use std::os::unix::fs::PermissionsExt;
+        let d = tempfile::tempdir().unwrap();
+        std::fs::create_dir(d.path().join("sub")).unwrap();
+        std::fs::write(d.path().join("sub/tool.py"), "#!/usr/bin/env python3\n").unwrap();
+        std::fs::write(d.path().join("data.txt"), "#").unwrap();
+        for f in ["sub/tool.py", "data.txt"] {
+            std::fs::set_permissions(d.path().join(f), std::fs::Permissions::from_mode(0o444)).unwrap();
+        }
+        let mut b = tar::Builder::new(Vec::new());
+        append_tree(&mut b, d.path(), Path::new(".")).unwrap();
+        let bytes = b.into_inner().unwrap();
+        let mut modes = BTreeMap::new();
+        for e in tar::Archive::new(bytes.as_slice()).entries().unwrap() {
+            let e = e.unwrap();
+            let path = e.path().unwrap().display().to_string();
+            modes.insert(path.trim_start_matches("./").to_string(), e.header().mode().unwrap());
+        }
+        assert_eq!(modes["sub/tool.py"] & 0o777, 0o755, "{modes:?}");
+        assert_eq!(modes["data.txt"] & 0o777, 0o444, "{modes:?}");
     }
 
     #[test]

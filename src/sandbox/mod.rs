@@ -18,8 +18,9 @@ pub use error::SandboxError;
 pub use exec::{exec_capture, ExecOutput};
 pub use files::{resolve_path, FileData, FileKind, MAX_FILE_BYTES};
 pub use image::{
-    build_base_image, build_task_image, image_exists, resolve_image, BaseImageOptions, ImageMap, BASE_IMAGE,
+    build_base_image, build_task_image, build_task_image_with, image_exists, resolve_image, BaseImageOptions, BuildEnv,
+    ImageMap, BASE_IMAGE, CA_BUNDLE_PATH,
 };
 pub use output::{sanitize, OutputCollector};
-pub use prune::{prune, remove_run, PruneScope};
+pub use prune::{owner_label, prune, remove_run, PruneScope};
 pub use shell::{shell_quote, CommandResult, Shell};

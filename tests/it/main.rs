@@ -2,6 +2,7 @@
 
 mod support;
 
+mod bench;
 mod cli_errors;
 mod cli_run;
 mod episode_loop;

@@ -133,3 +133,52 @@ pub async fn chat_cancelled_after(
     let response = model.chat(request, &mut on_delta, &cancel).await.unwrap();
     (response, seen)
 }
+
+/// Names of networks labelled with this run id.
+pub fn networks_of_run(run_id: &str) -> Vec<String> {
+    let out = Command::new("docker")
+        .args(["network", "ls", "--filter", &format!("label=agent.run={run_id}"), "--format", "{{.Name}}"])
+        .output()
+        .expect("docker network ls");
+    String::from_utf8_lossy(&out.stdout).lines().map(str::to_string).filter(|l| !l.is_empty()).collect()
+}
+
+/// A fixture under `tests/fixtures/`.
+pub fn fixture(path: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures").join(path)
+}
+
+/// Removes the images `agent bench` built for these fixture tasks, and dangling
+/// layers its failed builds left.
+pub fn remove_bench_images(tasks: &[&str]) {
+    for t in tasks {
+        let out = Command::new("docker")
+            .args(["images", "--format", "{{.Repository}}:{{.Tag}}", &format!("agent-bench-{t}-*")])
+            .output()
+            .expect("docker images");
+        for image in String::from_utf8_lossy(&out.stdout).lines().filter(|l| !l.is_empty()) {
+            let _ = Command::new("docker").args(["rmi", "-f", image]).output();
+        }
+    }
+    let _ = Command::new("docker").args(["image", "prune", "-f", "--filter", "label=agent.image=1"]).output();
+}
+
+/// Ids of dangling images (build leftovers) now.
+pub fn dangling_images() -> std::collections::BTreeSet<String> {
+    let out = Command::new("docker")
+        .args(["images", "-a", "-q", "--no-trunc", "-f", "dangling=true"])
+        .output()
+        .expect("docker images");
+    String::from_utf8_lossy(&out.stdout).lines().filter(|l| !l.is_empty()).map(str::to_string).collect()
+}
+
+/// Removes dangling images that appeared since `before` and carry the layers
+/// `agent bench` adds to every build (a failed build keeps its last good layer).
+pub fn remove_new_bench_leftovers(before: &std::collections::BTreeSet<String>) {
+    for id in dangling_images().difference(before) {
+        let hist = Command::new("docker").args(["history", "--no-trunc", id]).output().expect("docker history");
+        if String::from_utf8_lossy(&hist.stdout).contains(agent::sandbox::CA_BUNDLE_PATH) {
+            let _ = Command::new("docker").args(["rmi", id]).output();
+        }
+    }
+}

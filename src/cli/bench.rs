@@ -1,0 +1,129 @@
+//! `agent bench`: Terminal-Bench runs.
+
+use std::path::PathBuf;
+use std::time::Instant;
+
+use anyhow::Context;
+use clap::Args;
+
+use agent::bench::{self, AgentKind, BenchOptions, HostEnv, VerifyMode};
+use agent::config::Config;
+use agent::llm::ResolveOptions;
+use agent::sandbox;
+
+use super::signals::Signals;
+
+/// Arguments of `agent bench`.
+#[derive(Debug, Args)]
+pub struct BenchArgs {
+    /// Task directories, or directories of task directories (TB1 or TB2 layout).
+    #[arg(required_unless_present = "resume")]
+    pub tasks: Vec<PathBuf>,
+    /// Trials run at the same time.
+    #[arg(short = 'n', long, default_value_t = 1)]
+    pub concurrency: usize,
+    /// Attempts per task.
+    #[arg(short = 'k', long, default_value_t = 1)]
+    pub attempts: u32,
+    /// Who does the task: our agent, the reference solution, or nothing.
+    #[arg(long, value_enum, default_value_t = AgentKind::Agent)]
+    pub agent: AgentKind,
+    /// Model of `--agent agent` (`scripted:FILE`, `openai:URL#MODEL`, a path, `hf:ORG/NAME`, `default`).
+    #[arg(long)]
+    pub model: Option<String>,
+    /// Run id (default: a timestamp); names the run directory and labels its containers.
+    #[arg(long)]
+    pub run_id: Option<String>,
+    /// Run directory (default: runs/RUN_ID).
+    #[arg(long)]
+    pub output: Option<PathBuf>,
+    /// Continue an interrupted run (with --run-id or --output): finished trials are kept.
+    #[arg(long)]
+    pub resume: bool,
+    /// How tests are run: the task's script, or a pytest in the container when the
+    /// script cannot fetch its runner.
+    #[arg(long, value_enum, default_value_t = VerifyMode::Auto)]
+    pub verify: VerifyMode,
+    /// Extra `/etc/hosts` entry for builds and containers (NAME:IP; repeatable).
+    #[arg(long = "add-host")]
+    pub add_host: Vec<String>,
+    /// CA bundle installed in task images (default: the host's, from SSL_CERT_FILE or the system store).
+    #[arg(long)]
+    pub ca_bundle: Option<PathBuf>,
+    /// Hand containers nothing from the host (no /etc/hosts entries, no CA bundle).
+    #[arg(long)]
+    pub no_host_env: bool,
+    /// Multiply every task's agent and test timeouts (slow or loaded machines).
+    #[arg(long, default_value_t = 1.0, value_parser = positive_f64)]
+    pub timeout_multiplier: f64,
+    /// No progress bar.
+    #[arg(long)]
+    pub quiet: bool,
+    /// Local model settings.
+    #[command(flatten)]
+    pub local: super::LocalArgs,
+}
+
+/// Runs the bench; exits 0 when the run completed (whatever its score).
+pub async fn run(args: BenchArgs, config: Config) -> anyhow::Result<u8> {
+    let mut signals = Signals::install().context("cannot install signal handlers")?;
+    let mut host = if args.no_host_env {
+        HostEnv::default()
+    } else {
+        HostEnv::from_host(std::path::Path::new("/etc/hosts"), args.ca_bundle.as_deref())?
+    };
+    host.add_hosts(&args.add_host)?;
+    let opts = BenchOptions {
+        tasks: args.tasks,
+        concurrency: args.concurrency,
+        attempts: args.attempts,
+        agent: args.agent,
+        model: args.model,
+        run_id: args.run_id,
+        output: args.output,
+        resume: args.resume,
+        verify: args.verify,
+        host,
+        resolve: ResolveOptions {
+            api_key_env: config.api_key_env.clone(),
+            local: args.local.options(),
+            progress: !args.quiet,
+        },
+        progress: !args.quiet,
+        timeout_multiplier: args.timeout_multiplier,
+    };
+    let plan = bench::plan(&opts)?;
+    let docker = sandbox::connect().await?;
+    eprintln!("● run {} → {}", plan.run_id, plan.run_dir.display());
+    let started = Instant::now();
+    let notice = |n: String| eprintln!("● {n}");
+    let outcome = tokio::select! {
+        r = bench::run_bench(&plan, &opts, &config, &docker, &notice) => r,
+        sig = signals.recv() => {
+            eprintln!("● signal received: removing this run's containers and networks");
+            sandbox::cleanup_registered(&docker).await;
+            bench::env::remove_run_settled(&docker, &plan.run_id).await;
+            eprintln!("● finished trials are kept; continue with: agent bench --resume --output {}", plan.run_dir.display());
+            return Ok(Signals::exit_code(sig));
+        }
+    };
+    let results = match outcome {
+        Ok(r) => r,
+        Err(e) => {
+            bench::env::remove_run_settled(&docker, &plan.run_id).await;
+            return Err(e.into());
+        }
+    };
+    let report = plan.run_dir.join("report.html");
+    bench::results::write_atomic(&report, bench::report::html_report(&results).as_bytes())?;
+    print!("{}", bench::report::summary_table(&results, Some(started.elapsed().as_secs_f64())));
+    println!("results: {}\nreport:  {}", plan.run_dir.join("results.json").display(), report.display());
+    Ok(0)
+}
+
+fn positive_f64(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(v) if v.is_finite() && v > 0.0 => Ok(v),
+        _ => Err(format!("`{s}` is not a positive number")),
+    }
+}
