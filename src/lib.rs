@@ -13,3 +13,4 @@ pub mod sandbox;
 pub mod serve;
 pub mod task;
 pub mod tools;
+pub mod tui;

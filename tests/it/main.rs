@@ -12,3 +12,4 @@ mod sandbox_files;
 mod sandbox_lifecycle;
 mod sandbox_shell;
 mod serve;
+mod tui;

@@ -1,0 +1,211 @@
+//! The interactive UI end to end: the real binary in a tmux pane, driven with
+//! `send-keys` and read with `capture-pane`.
+
+use std::path::Path;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use crate::support;
+
+/// A detached tmux session running bash, killed when dropped.
+struct Tmux {
+    name: String,
+}
+
+impl Tmux {
+    fn start(dir: &Path, width: u16, height: u16) -> Tmux {
+        let name = format!("agent-it-{}", &uuid::Uuid::new_v4().simple().to_string()[..8]);
+        let status = Command::new("tmux")
+            .args(["new-session", "-d", "-s", &name, "-x", &width.to_string(), "-y", &height.to_string()])
+            .args(["-c", dir.to_str().unwrap(), "env PS1='READY$ ' bash --norc --noprofile"])
+            .status()
+            .expect("tmux must be installed (scripts/setup.sh installs it)");
+        assert!(status.success());
+        Tmux { name }
+    }
+
+    fn keys(&self, keys: &[&str]) {
+        let status = Command::new("tmux").args(["send-keys", "-t", &self.name]).args(keys).status().unwrap();
+        assert!(status.success());
+    }
+
+    /// Types text literally (no key names).
+    fn type_text(&self, text: &str) {
+        let status = Command::new("tmux").args(["send-keys", "-t", &self.name, "-l", text]).status().unwrap();
+        assert!(status.success());
+    }
+
+    fn screen(&self) -> String {
+        let out = Command::new("tmux").args(["capture-pane", "-p", "-t", &self.name]).output().unwrap();
+        String::from_utf8_lossy(&out.stdout).to_string()
+    }
+
+    fn alternate_on(&self) -> bool {
+        let out = Command::new("tmux").args(["display", "-p", "-t", &self.name, "#{alternate_on}"]).output().unwrap();
+        String::from_utf8_lossy(&out.stdout).trim() == "1"
+    }
+
+    /// Waits until the screen satisfies `pred`; panics with the screen after `timeout`.
+    fn wait_for(&self, what: &str, timeout: Duration, pred: impl Fn(&str) -> bool) -> String {
+        let start = Instant::now();
+        loop {
+            let s = self.screen();
+            if pred(&s) {
+                return s;
+            }
+            if start.elapsed() > timeout {
+                panic!("timed out after {timeout:?} waiting for {what}; the screen:\n{s}");
+            }
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+
+    fn wait_text(&self, text: &str, timeout: Duration) -> String {
+        self.wait_for(&format!("`{text}`"), timeout, |s| s.contains(text))
+    }
+}
+
+impl Drop for Tmux {
+    fn drop(&mut self) {
+        let _ = Command::new("tmux").args(["kill-session", "-t", &self.name]).status();
+    }
+}
+
+/// The 12-hex container id printed after `cid=` on the screen, if any.
+fn container_id(screen: &str) -> Option<String> {
+    screen.match_indices("cid=").find_map(|(i, _)| {
+        let id: String = screen[i + 4..].chars().take(12).collect();
+        (id.len() == 12 && id.chars().all(|c| c.is_ascii_hexdigit())).then_some(id)
+    })
+}
+
+fn container_exists(id: &str) -> bool {
+    let out = Command::new("docker").args(["ps", "-a", "-q", "--filter", &format!("id={id}")]).output().unwrap();
+    !String::from_utf8_lossy(&out.stdout).trim().is_empty()
+}
+
+fn processes(id: &str) -> String {
+    let out = Command::new("docker").args(["top", id, "-o", "args"]).output().unwrap();
+    String::from_utf8_lossy(&out.stdout).to_string()
+}
+
+/// Starts the UI in a fresh workspace; returns the tmux pane and the container id.
+fn open_ui(dir: &tempfile::TempDir, model: &str, extra: &str) -> (Tmux, String) {
+    let data = dir.path().join("data");
+    let work = dir.path().join("work");
+    std::fs::create_dir_all(&work).unwrap();
+    std::fs::write(work.join("marker.txt"), "marker-from-the-host\n").unwrap();
+    let tmux = Tmux::start(&work, 110, 40);
+    tmux.keys(&[
+        &format!(
+            "XDG_DATA_HOME={} {} {extra} --model {model} --approval ask; echo TUI-EXITED rc=$?",
+            data.display(),
+            support::agent_bin().display()
+        ),
+        "Enter",
+    ]);
+    tmux.wait_text("Ask anything", Duration::from_secs(600));
+    assert!(tmux.alternate_on(), "the UI runs on the alternate screen");
+    // `!cmd` runs in the sandbox directly; the hostname is the container id.
+    tmux.type_text("!echo cid=$(hostname)");
+    tmux.keys(&["Enter"]);
+    let screen = tmux.wait_for("the container id", Duration::from_secs(60), |s| container_id(s).is_some());
+    let cid = container_id(&screen).unwrap_or_default();
+    assert!(container_exists(&cid), "{cid} should be running");
+    (tmux, cid)
+}
+
+/// Quits with Ctrl+C twice and checks the terminal and the container.
+fn quit_and_check(tmux: &Tmux, cid: &str) {
+    tmux.keys(&["C-c"]);
+    tmux.wait_text("Ctrl+C again to quit", Duration::from_secs(10));
+    tmux.keys(&["C-c"]);
+    let screen = tmux.wait_text("TUI-EXITED rc=0", Duration::from_secs(60));
+    assert!(!tmux.alternate_on(), "the alternate screen was left");
+    assert!(screen.contains("READY$"), "the shell prompt is back:\n{screen}");
+    // Raw mode is off again: the terminal echoes and works line by line.
+    tmux.type_text("stty -a | grep -q -- ' -icanon' && echo STTY-RAW || echo STTY-COOKED");
+    tmux.keys(&["Enter"]);
+    tmux.wait_text("STTY-COOKED\n", Duration::from_secs(10));
+    assert!(!container_exists(cid), "container {cid} is left behind");
+}
+
+#[test]
+fn tui_runs_approves_interrupts_and_quits_cleanly() {
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(support::docker());
+    let dir = tempfile::tempdir().unwrap();
+    let script = support::script(
+        &dir,
+        "tui.yaml",
+        r#"
+- |
+  I'll print it.
+  <bash>
+  cmd: echo "tui-e2e-$((6*7))" && cat marker.txt
+  </bash>
+- |
+  <finish>
+  message: Printed the marker.
+  </finish>
+- |
+  This takes a while.
+  <bash>
+  cmd: sleep 300
+  </bash>
+- |
+  <finish>
+  message: this reply is never reached
+  </finish>
+"#,
+    );
+    let (tmux, cid) = open_ui(&dir, &format!("scripted:{}", script.display()), "");
+
+    tmux.type_text("print the marker");
+    tmux.keys(&["Enter"]);
+    tmux.wait_text("allow bash?", Duration::from_secs(30));
+    tmux.keys(&["y"]);
+    let screen = tmux.wait_text("Printed the marker.", Duration::from_secs(30));
+    assert!(screen.contains("tui-e2e-42"), "{screen}");
+    assert!(screen.contains("marker-from-the-host"), "the workspace is mounted:\n{screen}");
+
+    tmux.type_text("now wait");
+    tmux.keys(&["Enter"]);
+    tmux.wait_text("allow bash?", Duration::from_secs(30));
+    tmux.keys(&["y"]);
+    tmux.wait_text("running… (Esc to interrupt)", Duration::from_secs(30));
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !processes(&cid).contains("sleep 300") {
+        assert!(Instant::now() < deadline, "sleep 300 never started: {}", processes(&cid));
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let pressed = Instant::now();
+    tmux.keys(&["Escape"]);
+    let screen = tmux.wait_text("⎿ interrupted", Duration::from_secs(15));
+    assert!(pressed.elapsed() < Duration::from_secs(10), "Esc took {:?}", pressed.elapsed());
+    assert!(!screen.contains("never reached"), "{screen}");
+    assert!(!processes(&cid).contains("sleep 300"), "the command still runs: {}", processes(&cid));
+
+    quit_and_check(&tmux, &cid);
+    // The session was saved for --resume / --continue.
+    let sessions = dir.path().join("data/agent/sessions");
+    let files: Vec<_> = std::fs::read_dir(&sessions).unwrap().collect();
+    assert_eq!(files.len(), 1, "one session file in {}", sessions.display());
+}
+
+#[test]
+fn tui_with_the_default_model_streams_a_reply_and_exits_cleanly() {
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(support::docker());
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("agent.toml");
+    // One short reply keeps this to a few minutes on two CPU cores.
+    std::fs::write(&cfg, "[episode]\nmax_reply_tokens = 32\n").unwrap();
+    let (tmux, cid) = open_ui(&dir, "default", &format!("--config {}", cfg.display()));
+    tmux.type_text("Say hello.");
+    tmux.keys(&["Enter"]);
+    // A reply has streamed once the context counter moved (the usage follows the message).
+    tmux.wait_for("a streamed reply", Duration::from_secs(1500), |s| !s.contains("ctx 0/") && s.contains("\n● "));
+    tmux.keys(&["Escape"]);
+    quit_and_check(&tmux, &cid);
+}
