@@ -88,11 +88,11 @@ pub async fn run(args: TuiArgs, config: Config, local: agent::llm::LocalModelOpt
     let spec = ModelSpec::parse(&spec_text)?;
     let docker = sandbox::connect().await?;
     let resolve = ResolveOptions { api_key_env: config.api_key_env.clone(), local, progress: true };
-    eprintln!("● loading the model {spec_text}");
+    say(&format!("● loading the model {spec_text}"));
     let model = resolve_model(&spec, &resolve).await?;
     let _ = sandbox::prune(&docker, sandbox::PruneScope::Orphaned).await;
 
-    eprintln!("● starting the sandbox");
+    say("● starting the sandbox");
     let prepare = async {
         let mut notices = Vec::new();
         let mut on_notice = |n: String| notices.push(n);
@@ -183,10 +183,17 @@ pub async fn run(args: TuiArgs, config: Config, local: agent::llm::LocalModelOpt
     }
     .await;
     agent::tui::terminal::restore();
-    eprintln!("● removing the sandbox");
+    say("● removing the sandbox");
     sandbox.remove().await;
     cleanup(&docker, &run_id).await;
     result.map(|()| 0)
+}
+
+/// Progress on stderr; a terminal that is gone (a closed tmux pane, SIGHUP) must not
+/// stop the clean-up that follows, as `eprintln!` would by panicking.
+fn say(line: &str) {
+    use std::io::Write;
+    let _ = writeln!(std::io::stderr(), "{line}");
 }
 
 fn print_sessions(dir: &Path) {

@@ -98,8 +98,13 @@ pub struct App {
     pub(super) last_todo: Option<String>,
     stream: Option<(Instant, usize)>,
     shell_seq: u32,
+    /// Results of `!cmd`s since the last message, told to the model with the next one.
+    shell_notes: Vec<String>,
     pub should_quit: bool,
 }
+
+/// The most bytes of a `!cmd`'s output passed on to the model.
+const SHELL_NOTE_BYTES: usize = 4000;
 
 /// The next mode for Shift+Tab.
 pub fn next_mode(mode: ApprovalMode) -> ApprovalMode {
@@ -148,6 +153,7 @@ impl App {
             last_todo: None,
             stream: None,
             shell_seq: 0,
+            shell_notes: Vec::new(),
             should_quit: false,
         }
     }
@@ -372,15 +378,35 @@ impl App {
     pub fn user_turn(&mut self, text: String) -> Vec<Effect> {
         self.transcript.push(CellKind::User { text: text.clone() });
         self.busy = true;
-        vec![Effect::Op(Op::UserTurn { text })]
+        let mut sent = String::new();
+        for note in self.shell_notes.drain(..) {
+            sent.push_str(&note);
+            sent.push_str("\n\n");
+        }
+        sent.push_str(&text);
+        vec![Effect::Op(Op::UserTurn { text: sent })]
     }
 
     /// A `!cmd` finished.
     pub fn shell_done(&mut self, id: &str, output: String, exit_code: Option<i64>, duration_ms: u64) {
-        if let Some(t) = self.transcript.tool_mut(id) {
-            t.output = output;
-            t.status = ToolStatus::Done { exit_code, duration_ms, timed_out: exit_code.is_none() };
+        let Some(t) = self.transcript.tool_mut(id) else { return };
+        let cmd = t.args.get("cmd").and_then(Value::as_str).unwrap_or_default().to_string();
+        let mut shown = output.clone();
+        if shown.len() > SHELL_NOTE_BYTES {
+            let mut end = SHELL_NOTE_BYTES;
+            while !shown.is_char_boundary(end) {
+                end -= 1;
+            }
+            shown.truncate(end);
+            shown.push_str("\n[… output cut]");
         }
+        t.output = output;
+        t.status = ToolStatus::Done { exit_code, duration_ms, timed_out: exit_code.is_none() };
+        let code = exit_code.map_or("none".to_string(), |c| c.to_string());
+        self.shell_notes.push(format!(
+            "(I ran `{cmd}` in the sandbox myself; exit code {code}; its output:)\n<bash_output>\n{}\n</bash_output>",
+            shown.trim_end()
+        ));
     }
 
     /// The turn's work ended (finish, interrupt, a stop, an error).
@@ -528,133 +554,5 @@ impl App {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn app() -> App {
-        App::new(AppConfig {
-            model: "scripted:test".into(),
-            workspace: "/home/me/project".into(),
-            approval: ApprovalMode::Ask,
-            context_tokens: 32_768,
-            files: vec!["src/main.rs".into()],
-        })
-    }
-
-    fn key(code: KeyCode) -> KeyEvent {
-        KeyEvent::new(code, KeyModifiers::NONE)
-    }
-
-    fn ctrl(c: char) -> KeyEvent {
-        KeyEvent::new(KeyCode::Char(c), KeyModifiers::CONTROL)
-    }
-
-    fn type_text(app: &mut App, s: &str) {
-        for c in s.chars() {
-            app.on_key(key(KeyCode::Char(c)));
-        }
-    }
-
-    #[test]
-    fn enter_sends_a_user_turn_and_ctrl_j_adds_a_line() {
-        let mut a = app();
-        type_text(&mut a, "hi");
-        a.on_key(ctrl('j'));
-        type_text(&mut a, "there");
-        let fx = a.on_key(key(KeyCode::Enter));
-        assert_eq!(fx, vec![Effect::Op(Op::UserTurn { text: "hi\nthere".into() })]);
-        assert!(a.busy);
-        assert!(a.composer.is_empty());
-    }
-
-    #[test]
-    fn esc_interrupts_only_while_busy_and_ctrl_c_twice_quits() {
-        let mut a = app();
-        assert!(a.on_key(key(KeyCode::Esc)).is_empty());
-        a.busy = true;
-        assert_eq!(a.on_key(key(KeyCode::Esc)), vec![Effect::Op(Op::Interrupt)]);
-        a.busy = false;
-        type_text(&mut a, "draft");
-        assert!(a.on_key(ctrl('c')).is_empty());
-        assert!(a.composer.is_empty(), "the first Ctrl+C clears the input");
-        assert_eq!(a.on_key(ctrl('c')), vec![Effect::Quit]);
-    }
-
-    #[test]
-    fn approvals_follow_the_mode() {
-        let mut a = app();
-        let req = |id: &str, tool: &str| Event::ApprovalRequest {
-            call_id: id.into(),
-            tool: tool.into(),
-            args: serde_json::json!({"cmd": "ls"}),
-        };
-        a.on_core(Event::ToolCallBegin {
-            call_id: "1.1".into(),
-            tool: "bash".into(),
-            args: serde_json::json!({"cmd": "ls"}),
-        });
-        assert!(a.on_core(req("1.1", "bash")).is_empty());
-        assert!(a.approval.is_some());
-        let fx = a.on_key(key(KeyCode::Char('a')));
-        assert_eq!(fx, vec![Effect::Op(Op::Approval { call_id: "1.1".into(), decision: ApprovalDecision::Approve })]);
-        // "always" covers the next bash call.
-        assert_eq!(
-            a.on_core(req("1.2", "bash")),
-            vec![Effect::Op(Op::Approval { call_id: "1.2".into(), decision: ApprovalDecision::Approve })]
-        );
-        a.on_key(key(KeyCode::BackTab));
-        assert_eq!(a.mode, ApprovalMode::AutoEdit);
-        assert_eq!(a.on_core(req("1.3", "file")).len(), 1);
-        a.mode = ApprovalMode::Ask;
-        a.on_core(req("1.4", "file"));
-        assert_eq!(
-            a.on_key(key(KeyCode::Char('n'))),
-            vec![Effect::Op(Op::Approval { call_id: "1.4".into(), decision: ApprovalDecision::Deny })]
-        );
-    }
-
-    #[test]
-    fn bang_runs_a_shell_command_and_slash_opens_the_popup() {
-        let mut a = app();
-        type_text(&mut a, "!ls -la");
-        let fx = a.on_key(key(KeyCode::Enter));
-        assert_eq!(fx, vec![Effect::Shell { id: "!1".into(), cmd: "ls -la".into() }]);
-        type_text(&mut a, "/co");
-        assert_eq!(a.popup.as_ref().map(|p| p.items.len()), Some(2));
-        a.on_key(key(KeyCode::Down));
-        a.on_key(key(KeyCode::Tab));
-        assert_eq!(a.composer.text(), "/cost ");
-        a.composer.clear();
-        type_text(&mut a, "read @src/m");
-        a.on_key(key(KeyCode::Tab));
-        assert_eq!(a.composer.text(), "read @src/main.rs ");
-    }
-
-    #[test]
-    fn streaming_builds_one_assistant_cell_and_finish_ends_the_turn() {
-        let mut a = app();
-        a.user_turn("go".into());
-        a.on_core(Event::TurnStarted { turn: 1 });
-        a.on_core(Event::AssistantDelta { turn: 1, text: "Hello ".into() });
-        a.on_core(Event::AssistantDelta { turn: 1, text: "world".into() });
-        assert!(
-            matches!(a.transcript.cells().next_back(), Some(CellKind::Assistant { text, streaming: true }) if text == "Hello world")
-        );
-        a.on_core(Event::AssistantMessage { turn: 1, text: "Hello world".into() });
-        a.on_core(Event::ToolCallBegin {
-            call_id: "1.1".into(),
-            tool: "finish".into(),
-            args: serde_json::json!({"message": "ok"}),
-        });
-        assert!(a.busy);
-        a.on_core(Event::ToolCallEnd {
-            call_id: "1.1".into(),
-            tool: "finish".into(),
-            exit_code: Some(0),
-            observation: String::new(),
-            duration_ms: 1,
-            timed_out: false,
-        });
-        assert!(!a.busy);
-    }
-}
+#[path = "app_tests.rs"]
+mod tests;

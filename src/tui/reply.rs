@@ -107,7 +107,7 @@ mod tests {
     #[test]
     fn strips_actions_and_keeps_prose() {
         let r = split_reply("Let me look.\n<bash>\ncmd: ls\n</bash>\nThen more.\n<finish>\nmessage: x\n</finish>");
-        assert_eq!(r.prose, "Let me look.\nThen more.");
+        assert_eq!(r.prose, "Let me look.\n\nThen more.");
         assert_eq!(r.thinking, None);
     }
 

@@ -85,7 +85,7 @@ fn container_exists(id: &str) -> bool {
 }
 
 fn processes(id: &str) -> String {
-    let out = Command::new("docker").args(["top", id, "-o", "args"]).output().unwrap();
+    let out = Command::new("docker").args(["top", id]).output().unwrap();
     String::from_utf8_lossy(&out.stdout).to_string()
 }
 
@@ -126,7 +126,7 @@ fn quit_and_check(tmux: &Tmux, cid: &str) {
     // Raw mode is off again: the terminal echoes and works line by line.
     tmux.type_text("stty -a | grep -q -- ' -icanon' && echo STTY-RAW || echo STTY-COOKED");
     tmux.keys(&["Enter"]);
-    tmux.wait_text("STTY-COOKED\n", Duration::from_secs(10));
+    tmux.wait_for("the stty verdict", Duration::from_secs(10), |s| s.lines().any(|l| l.trim() == "STTY-COOKED"));
     assert!(!container_exists(cid), "container {cid} is left behind");
 }
 
