@@ -154,7 +154,13 @@ fn replaying_a_saved_session_rebuilds_the_transcript() {
         Record::Meta { id: "x".into(), cwd: "/w".into(), model: "m".into(), started_unix: 0 },
         Record::User { text: "hello".into() },
         Record::Event { event: Event::AssistantMessage { turn: 1, text: "Hi there.".into() } },
-        Record::Event { event: Event::ToolCallBegin { call_id: "1.1".into(), tool: "bash".into(), args: serde_json::json!({"cmd": "ls"}) } },
+        Record::Event {
+            event: Event::ToolCallBegin {
+                call_id: "1.1".into(),
+                tool: "bash".into(),
+                args: serde_json::json!({"cmd": "ls"}),
+            },
+        },
         Record::Event {
             event: Event::ToolCallEnd {
                 call_id: "1.1".into(),
@@ -170,6 +176,8 @@ fn replaying_a_saved_session_rebuilds_the_transcript() {
     let cells: Vec<&CellKind> = a.transcript.cells().collect();
     assert!(matches!(cells[1], CellKind::User { text } if text == "hello"));
     assert!(matches!(cells[2], CellKind::Assistant { text, streaming: false } if text == "Hi there."));
-    assert!(matches!(cells[3], CellKind::Tool(t) if t.status == ToolStatus::Done { exit_code: Some(0), duration_ms: 3, timed_out: false }));
+    assert!(
+        matches!(cells[3], CellKind::Tool(t) if t.status == ToolStatus::Done { exit_code: Some(0), duration_ms: 3, timed_out: false })
+    );
     assert!(!a.busy);
 }

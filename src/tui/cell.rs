@@ -207,9 +207,11 @@ fn tool_lines(t: &ToolCell, opts: RenderOpts) -> Vec<Line<'static>> {
     let header_lines: Vec<&str> = header.lines().collect();
     // A long command (a here-document) is folded like output.
     let keep = if opts.expanded || header_lines.len() <= FOLDED_LINES { header_lines.len() } else { FOLDED_LINES / 2 };
-    for l in header_lines.iter().take(keep).chain(
-        (keep < header_lines.len()).then_some(&"… (Ctrl+O shows the whole command)").into_iter(),
-    ) {
+    for l in header_lines
+        .iter()
+        .take(keep)
+        .chain((keep < header_lines.len()).then_some(&"… (Ctrl+O shows the whole command)").into_iter())
+    {
         let lead = if first {
             vec![
                 Span::styled(format!("{mark} "), mark_style),
