@@ -210,7 +210,7 @@ fn tool_lines(t: &ToolCell, opts: RenderOpts) -> Vec<Line<'static>> {
     for l in header_lines
         .iter()
         .take(keep)
-        .chain((keep < header_lines.len()).then_some(&"… (Ctrl+O shows the whole command)").into_iter())
+        .chain((keep < header_lines.len()).then_some(&"… (Ctrl+O shows the whole command)"))
     {
         let lead = if first {
             vec![
@@ -301,4 +301,46 @@ fn push_footer(out: &mut Vec<Line<'static>>, t: &ToolCell) {
         _ => Style::new().fg(Color::Yellow),
     };
     out.push(Line::from(Span::styled(text, style)));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn text(lines: &[Line<'_>]) -> Vec<String> {
+        lines.iter().map(|l| l.spans.iter().map(|s| s.content.as_ref()).collect()).collect()
+    }
+
+    fn bash(cmd: &str, output: &str, status: ToolStatus) -> CellKind {
+        CellKind::Tool(ToolCell {
+            call_id: "1".into(),
+            tool: "bash".into(),
+            args: serde_json::json!({ "cmd": cmd }),
+            output: output.into(),
+            status,
+        })
+    }
+
+    #[test]
+    fn long_commands_fold_and_status_trailers_are_dropped() {
+        let cmd: String = (0..30).map(|i| format!("echo {i}\n")).collect();
+        let done = ToolStatus::Done { exit_code: Some(0), duration_ms: 1200, timed_out: false };
+        let cell = bash(&cmd, "<bash_output>\nhi\n[exit code 0, 1.2 s]\n</bash_output>", done);
+        let lines = text(&cell_lines(&cell, RenderOpts::default()));
+        assert_eq!(lines.len(), 4 + 1 + 1 + 1, "{lines:?}");
+        assert!(lines[4].contains("shows the whole command"));
+        assert_eq!(lines[5], "  │ hi");
+        assert_eq!(lines[6], "  ⎿ exit 0 · 1.2s");
+        let all = text(&cell_lines(&cell, RenderOpts { expanded: true }));
+        assert!(all.iter().any(|l| l.contains("echo 29")));
+    }
+
+    #[test]
+    fn thinking_is_one_line_until_expanded() {
+        let cell = CellKind::Assistant { text: "<think>a\nb\nc</think>The answer.".into(), streaming: false };
+        let lines = text(&cell_lines(&cell, RenderOpts::default()));
+        assert_eq!(lines, vec!["✻ thinking (3 lines, Ctrl+O to show)", "● The answer."]);
+        let lines = text(&cell_lines(&cell, RenderOpts { expanded: true }));
+        assert_eq!(lines.len(), 5);
+    }
 }
