@@ -105,6 +105,21 @@ pub struct App {
 
 /// The most bytes of a `!cmd`'s output passed on to the model.
 const SHELL_NOTE_BYTES: usize = 4000;
+/// How a `!cmd` note passed on to the model starts and ends.
+const SHELL_NOTE_START: &str = "(I ran `";
+const SHELL_NOTE_END: &str = "</bash_output>\n\n";
+
+/// A sent message without the `!cmd` notes put before it (for showing it again).
+pub fn strip_shell_notes(text: &str) -> &str {
+    let mut s = text;
+    while s.starts_with(SHELL_NOTE_START) {
+        match s.find(SHELL_NOTE_END) {
+            Some(i) => s = &s[i + SHELL_NOTE_END.len()..],
+            None => break,
+        }
+    }
+    s
+}
 
 /// The next mode for Shift+Tab.
 pub fn next_mode(mode: ApprovalMode) -> ApprovalMode {
@@ -381,7 +396,6 @@ impl App {
         let mut sent = String::new();
         for note in self.shell_notes.drain(..) {
             sent.push_str(&note);
-            sent.push_str("\n\n");
         }
         sent.push_str(&text);
         vec![Effect::Op(Op::UserTurn { text: sent })]
@@ -404,7 +418,7 @@ impl App {
         t.status = ToolStatus::Done { exit_code, duration_ms, timed_out: exit_code.is_none() };
         let code = exit_code.map_or("none".to_string(), |c| c.to_string());
         self.shell_notes.push(format!(
-            "(I ran `{cmd}` in the sandbox myself; exit code {code}; its output:)\n<bash_output>\n{}\n</bash_output>",
+            "{SHELL_NOTE_START}{cmd}` in the sandbox myself; exit code {code}; its output:)\n<bash_output>\n{}\n{SHELL_NOTE_END}",
             shown.trim_end()
         ));
     }

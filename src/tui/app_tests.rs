@@ -138,7 +138,11 @@ fn shell_results_reach_the_model_with_the_next_message() {
     let fx = a.user_turn("what is there?".into());
     match &fx[..] {
         [Effect::Op(Op::UserTurn { text })] => {
-            assert!(text.contains("I ran `ls`") && text.contains("a.txt") && text.ends_with("what is there?"), "{text}")
+            assert!(
+                text.contains("I ran `ls`") && text.contains("a.txt") && text.ends_with("what is there?"),
+                "{text}"
+            );
+            assert_eq!(strip_shell_notes(text), "what is there?");
         }
         other => panic!("{other:?}"),
     }

@@ -67,7 +67,8 @@ pub fn replay(app: &mut App, records: &[Record]) {
     for r in records {
         match r {
             Record::User { text } => {
-                app.transcript.push(super::cell::CellKind::User { text: text.clone() });
+                let shown = super::app::strip_shell_notes(text).to_string();
+                app.transcript.push(super::cell::CellKind::User { text: shown });
             }
             Record::Event { event } => {
                 let _ = app.on_core(event.clone());

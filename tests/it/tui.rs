@@ -89,21 +89,17 @@ fn processes(id: &str) -> String {
     String::from_utf8_lossy(&out.stdout).to_string()
 }
 
-/// Starts the UI in a fresh workspace; returns the tmux pane and the container id.
-fn open_ui(dir: &tempfile::TempDir, model: &str, extra: &str) -> (Tmux, String) {
-    let data = dir.path().join("data");
-    let work = dir.path().join("work");
-    std::fs::create_dir_all(&work).unwrap();
-    std::fs::write(work.join("marker.txt"), "marker-from-the-host\n").unwrap();
-    let tmux = Tmux::start(&work, 110, 40);
-    tmux.keys(&[
-        &format!(
-            "XDG_DATA_HOME={} {} {extra} --model {model} --approval ask; echo TUI-EXITED rc=$?",
-            data.display(),
-            support::agent_bin().display()
-        ),
-        "Enter",
-    ]);
+/// The shell line that starts the UI in `dir/work` with its data under `dir/data`.
+fn ui_command(dir: &tempfile::TempDir, model: &str, extra: &str) -> String {
+    format!(
+        "XDG_DATA_HOME={} {} {extra} --model {model} --approval ask; echo TUI-EXITED rc=$?",
+        dir.path().join("data").display(),
+        support::agent_bin().display()
+    )
+}
+
+/// Waits for the UI, then reads the container id with a `!cmd` (the hostname).
+fn wait_ui(tmux: &Tmux) -> String {
     tmux.wait_text("Ask anything", Duration::from_secs(600));
     assert!(tmux.alternate_on(), "the UI runs on the alternate screen");
     // `!cmd` runs in the sandbox directly; the hostname is the container id.
@@ -112,6 +108,17 @@ fn open_ui(dir: &tempfile::TempDir, model: &str, extra: &str) -> (Tmux, String) 
     let screen = tmux.wait_for("the container id", Duration::from_secs(60), |s| container_id(s).is_some());
     let cid = container_id(&screen).unwrap_or_default();
     assert!(container_exists(&cid), "{cid} should be running");
+    cid
+}
+
+/// Starts the UI in a fresh workspace; returns the tmux pane and the container id.
+fn open_ui(dir: &tempfile::TempDir, model: &str, extra: &str) -> (Tmux, String) {
+    let work = dir.path().join("work");
+    std::fs::create_dir_all(&work).unwrap();
+    std::fs::write(work.join("marker.txt"), "marker-from-the-host\n").unwrap();
+    let tmux = Tmux::start(&work, 110, 40);
+    tmux.keys(&[&ui_command(dir, model, extra), "Enter"]);
+    let cid = wait_ui(&tmux);
     (tmux, cid)
 }
 
@@ -208,4 +215,27 @@ fn tui_with_the_default_model_streams_a_reply_and_exits_cleanly() {
     tmux.wait_for("a streamed reply", Duration::from_secs(1500), |s| !s.contains("ctx 0/") && s.contains("\n● "));
     tmux.keys(&["Escape"]);
     quit_and_check(&tmux, &cid);
+}
+
+#[test]
+fn tui_continue_restores_the_transcript_in_a_new_sandbox() {
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(support::docker());
+    let dir = tempfile::tempdir().unwrap();
+    let script = support::script(&dir, "one.yaml", "- |\n  <finish>\n  message: noted the kumquat\n  </finish>\n");
+    let model = format!("scripted:{}", script.display());
+    let (tmux, first) = open_ui(&dir, &model, "");
+    tmux.type_text("remember the word kumquat");
+    tmux.keys(&["Enter"]);
+    tmux.wait_text("noted the kumquat", Duration::from_secs(30));
+    quit_and_check(&tmux, &first);
+    tmux.type_text("clear");
+    tmux.keys(&["Enter"]);
+    tmux.keys(&[&ui_command(&dir, &model, "--continue"), "Enter"]);
+    let second = wait_ui(&tmux);
+    assert_ne!(first, second, "a resumed session gets a new sandbox");
+    let screen = tmux.screen();
+    assert!(screen.contains("remember the word kumquat") && screen.contains("noted the kumquat"), "{screen}");
+    assert!(screen.contains("resumed session"), "{screen}");
+    quit_and_check(&tmux, &second);
 }
