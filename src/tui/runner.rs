@@ -201,6 +201,13 @@ impl Runner {
             match effect {
                 Effect::Op(op) => {
                     if let Op::UserTurn { text } = &op {
+                        // The end-to-end tests prove that a panic still restores the
+                        // terminal and removes the container; this is how they cause one.
+                        if std::env::var_os("AGENT_TUI_TEST_PANIC")
+                            .is_some_and(|v| v == super::app::strip_shell_notes(text))
+                        {
+                            panic!("panic requested through AGENT_TUI_TEST_PANIC");
+                        }
                         self.record(&Record::User { text: text.clone() });
                         if self.core.is_none() {
                             // The last session ended (an error or a limit): start afresh.

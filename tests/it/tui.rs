@@ -239,3 +239,48 @@ fn tui_continue_restores_the_transcript_in_a_new_sandbox() {
     assert!(screen.contains("resumed session"), "{screen}");
     quit_and_check(&tmux, &second);
 }
+
+/// The pid of the `agent` process running in the pane's shell.
+fn agent_pid(tmux: &Tmux) -> String {
+    let out = Command::new("tmux").args(["display", "-p", "-t", &tmux.name, "#{pane_pid}"]).output().unwrap();
+    let shell = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    let out = Command::new("pgrep").args(["-P", &shell, "-x", "agent"]).output().unwrap();
+    String::from_utf8_lossy(&out.stdout).lines().next().unwrap_or_default().to_string()
+}
+
+/// After the UI ended some other way than a quit: the terminal and the container.
+fn check_exit(tmux: &Tmux, cid: &str, rc: &str) -> String {
+    let screen = tmux.wait_text(&format!("TUI-EXITED rc={rc}"), Duration::from_secs(60));
+    assert!(!tmux.alternate_on(), "the alternate screen was left:\n{screen}");
+    tmux.type_text("stty -a | grep -q -- ' -icanon' && echo STTY-RAW || echo STTY-COOKED");
+    tmux.keys(&["Enter"]);
+    tmux.wait_for("the stty verdict", Duration::from_secs(10), |s| s.lines().any(|l| l.trim() == "STTY-COOKED"));
+    assert!(!container_exists(cid), "container {cid} is left behind");
+    screen
+}
+
+#[test]
+fn tui_cleans_up_after_sigterm_and_after_a_panic() {
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(support::docker());
+    let dir = tempfile::tempdir().unwrap();
+    let script = support::script(&dir, "none.yaml", "[]\n");
+    let model = format!("scripted:{}", script.display());
+    let (tmux, cid) = open_ui(&dir, &model, "");
+    let pid = agent_pid(&tmux);
+    assert!(!pid.is_empty(), "no agent process under the pane's shell");
+    assert!(Command::new("kill").args(["-TERM", &pid]).status().unwrap().success());
+    check_exit(&tmux, &cid, "0");
+
+    tmux.type_text("clear");
+    tmux.keys(&["Enter"]);
+    tmux.keys(&[&format!("RUST_BACKTRACE=0 AGENT_TUI_TEST_PANIC=boom {}", ui_command(&dir, &model, "")), "Enter"]);
+    let cid = wait_ui(&tmux);
+    tmux.type_text("boom");
+    tmux.keys(&["Enter"]);
+    let screen = check_exit(&tmux, &cid, "2");
+    assert!(
+        screen.contains("panic requested through AGENT_TUI_TEST_PANIC"),
+        "the panic message is readable:\n{screen}"
+    );
+}
