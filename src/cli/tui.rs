@@ -186,7 +186,7 @@ pub async fn run(args: TuiArgs, config: Config, local: agent::llm::LocalModelOpt
     say("● removing the sandbox");
     sandbox.remove().await;
     cleanup(&docker, &run_id).await;
-    result.map(|()| 0)
+    result.map(|signal| signal.map_or(0, Signals::exit_code))
 }
 
 /// Progress on stderr; a terminal that is gone (a closed tmux pane, SIGHUP) must not

@@ -283,8 +283,9 @@ impl Runner {
     }
 }
 
-/// Runs the UI until the user quits; the caller removes the sandbox afterwards.
-pub async fn run(mut ctx: TuiContext, executor: ToolExecutor) -> Result<(), TuiError> {
+/// Runs the UI until the user quits or a signal comes (its number is returned); the
+/// caller removes the sandbox afterwards.
+pub async fn run(mut ctx: TuiContext, executor: ToolExecutor) -> Result<Option<i32>, TuiError> {
     let mut sigterm = signal(SignalKind::terminate()).map_err(TuiError::Terminal)?;
     let mut sighup = signal(SignalKind::hangup()).map_err(TuiError::Terminal)?;
     let mut sigint = signal(SignalKind::interrupt()).map_err(TuiError::Terminal)?;
@@ -314,6 +315,7 @@ pub async fn run(mut ctx: TuiContext, executor: ToolExecutor) -> Result<(), TuiE
     let mut guard = TerminalGuard::enter().map_err(TuiError::Terminal)?;
     let mut input = Input::start();
     let mut tick = tokio::time::interval(Duration::from_millis(250));
+    let mut signalled = None;
     loop {
         runner.redraw(&mut guard)?;
         let mut effects = Vec::new();
@@ -335,9 +337,18 @@ pub async fn run(mut ctx: TuiContext, executor: ToolExecutor) -> Result<(), TuiE
                 }
             },
             Some(r) = shell_rx.recv() => runner.app.shell_done(&r.id, r.output, r.exit_code, r.duration_ms),
-            _ = sigterm.recv() => break,
-            _ = sighup.recv() => break,
-            _ = sigint.recv() => break,
+            _ = sigterm.recv() => {
+                signalled = Some(libc::SIGTERM);
+                break;
+            }
+            _ = sighup.recv() => {
+                signalled = Some(libc::SIGHUP);
+                break;
+            }
+            _ = sigint.recv() => {
+                signalled = Some(libc::SIGINT);
+                break;
+            }
             _ = tick.tick() => {}
         }
         // Take everything already waiting before drawing again, so that a fast stream
@@ -363,5 +374,5 @@ pub async fn run(mut ctx: TuiContext, executor: ToolExecutor) -> Result<(), TuiE
     drop(input);
     drop(guard);
     let _ = runner.stop_session().await;
-    Ok(())
+    Ok(signalled)
 }
