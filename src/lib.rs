@@ -15,3 +15,4 @@ pub mod sandbox;
 pub mod serve;
 pub mod task;
 pub mod tools;
+pub mod tui;

@@ -9,6 +9,7 @@ mod run;
 mod sandbox;
 mod serve;
 mod signals;
+mod tui;
 
 use std::path::PathBuf;
 
@@ -24,6 +25,12 @@ pub struct Cli {
     /// Debug logging on stderr (or set AGENT_LOG).
     #[arg(short, long, global = true)]
     pub verbose: bool,
+    /// Options of the interactive UI (when no subcommand is given).
+    #[command(flatten)]
+    pub tui: tui::TuiArgs,
+    /// Local model settings of the interactive UI.
+    #[command(flatten)]
+    pub local: LocalArgs,
     #[command(subcommand)]
     pub command: Option<Command>,
 }
@@ -45,6 +52,16 @@ pub enum Command {
     /// Fetch the default model, write a tiny random Qwen3 for tests, measure a model's speed.
     #[command(subcommand)]
     Model(model::ModelCommand),
+    /// Time the interactive UI's rendering (frame time, key-to-frame latency).
+    #[command(hide = true)]
+    TuiBench {
+        #[arg(long, default_value_t = 120)]
+        width: u16,
+        #[arg(long, default_value_t = 40)]
+        height: u16,
+        #[arg(long, default_value_t = 200)]
+        frames: usize,
+    },
 }
 
 /// Settings of local models, shared by `run`, `serve` and `model bench`.
@@ -105,11 +122,7 @@ pub async fn dispatch(cli: Cli) -> anyhow::Result<u8> {
         Some(Command::Serve(args)) => serve::run(args, config).await,
         Some(Command::Model(cmd)) => model::run(cmd).await,
         Some(Command::JudgeEval(args)) => judge_eval::run(args).await,
-        None => {
-            use clap::CommandFactory;
-            Cli::command().print_help()?;
-            eprintln!("\n(the interactive terminal UI is not built yet; use `agent run`)");
-            Ok(2)
-        }
+        Some(Command::TuiBench { width, height, frames }) => tui::bench(width, height, frames),
+        None => tui::run(cli.tui, config, cli.local.options()).await,
     }
 }

@@ -15,3 +15,4 @@ mod sandbox_files;
 mod sandbox_lifecycle;
 mod sandbox_shell;
 mod serve;
+mod tui;

@@ -1,0 +1,224 @@
+//! `agent` with no subcommand: the interactive UI on the current directory, mounted at
+//! `/workspace` in a sandbox container that is removed on every exit path.
+
+use std::io::IsTerminal;
+use std::path::Path;
+use std::time::Duration;
+
+use anyhow::Context;
+use clap::Args;
+use futures_util::FutureExt;
+
+use agent::agent::{system_prompt, SessionConfig, ToolExecutor};
+use agent::config::Config;
+use agent::llm::{resolve_model, ModelSpec, ResolveOptions};
+use agent::protocol::ApprovalMode;
+use agent::sandbox::{self, ContainerConfig, Sandbox, Shell};
+use agent::tools::ToolSpecs;
+use agent::tui::{popup, store, AppConfig, TuiContext};
+
+use super::signals::Signals;
+
+/// Options of the interactive UI (given without a subcommand).
+#[derive(Debug, Clone, Args)]
+pub struct TuiArgs {
+    /// Model: `default`, `scripted:FILE`, `openai:URL#MODEL`, a local path or `hf:ORG/NAME`.
+    #[arg(long)]
+    pub model: Option<String>,
+    /// Which actions ask first: ask (bash and file writes), auto-edit (bash), auto (none).
+    #[arg(long, value_enum, default_value = "ask")]
+    pub approval: ApprovalArg,
+    /// Resume a saved session by id (without an id: list the saved sessions).
+    #[arg(long, num_args = 0..=1, default_missing_value = "", value_name = "ID")]
+    pub resume: Option<String>,
+    /// Continue the newest session started in this directory.
+    #[arg(long = "continue", conflicts_with = "resume")]
+    pub continue_last: bool,
+    /// Run the container without network access.
+    #[arg(long)]
+    pub no_network: bool,
+}
+
+/// `--approval` values.
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+pub enum ApprovalArg {
+    Ask,
+    AutoEdit,
+    Auto,
+}
+
+impl From<ApprovalArg> for ApprovalMode {
+    fn from(a: ApprovalArg) -> Self {
+        match a {
+            ApprovalArg::Ask => ApprovalMode::Ask,
+            ApprovalArg::AutoEdit => ApprovalMode::AutoEdit,
+            ApprovalArg::Auto => ApprovalMode::Auto,
+        }
+    }
+}
+
+/// Opens the UI; returns the exit code.
+pub async fn run(args: TuiArgs, config: Config, local: agent::llm::LocalModelOptions) -> anyhow::Result<u8> {
+    let cwd = std::env::current_dir().context("cannot read the current directory")?;
+    let cwd_text = cwd.display().to_string();
+    let sessions_dir = store::sessions_dir().ok();
+    let resume = match (&args.resume, args.continue_last, &sessions_dir) {
+        (Some(id), _, Some(dir)) if id.is_empty() => {
+            print_sessions(dir);
+            return Ok(0);
+        }
+        (Some(id), _, Some(dir)) => {
+            let s = store::find(dir, id)?;
+            Some((s.id, store::read(&s.path)?))
+        }
+        (None, true, Some(dir)) => {
+            let s = store::latest_in(dir, &cwd_text)
+                .ok_or_else(|| anyhow::anyhow!("no saved session was started in {cwd_text}"))?;
+            Some((s.id, store::read(&s.path)?))
+        }
+        (Some(_), _, None) | (None, true, None) => anyhow::bail!("{}", store::StoreError::NoDataDir),
+        (None, false, _) => None,
+    };
+    if !std::io::stdin().is_terminal() || !std::io::stdout().is_terminal() {
+        anyhow::bail!("the interactive UI needs a terminal; use `agent run` for headless episodes");
+    }
+    let mut signals = Signals::install().context("cannot install signal handlers")?;
+    let run_id = uuid::Uuid::new_v4().simple().to_string();
+    let spec_text = args.model.clone().or(config.model.clone()).unwrap_or_else(|| "default".into());
+    let spec = ModelSpec::parse(&spec_text)?;
+    let docker = sandbox::connect().await?;
+    let resolve = ResolveOptions { api_key_env: config.api_key_env.clone(), local, progress: true };
+    say(&format!("● loading the model {spec_text}"));
+    let model = resolve_model(&spec, &resolve).await?;
+    let _ = sandbox::prune(&docker, sandbox::PruneScope::Orphaned).await;
+
+    say("● starting the sandbox");
+    let prepare = async {
+        let mut notices = Vec::new();
+        let mut on_notice = |n: String| notices.push(n);
+        let image = sandbox::resolve_image(&docker, &config.image_map, &config.sandbox.image, &mut on_notice).await?;
+        let mut cfg = ContainerConfig::new(image, run_id.clone(), format!("{}-0", &run_id[..12]));
+        cfg.cpus = config.sandbox.cpus;
+        cfg.memory_bytes = config.sandbox.memory_mb << 20;
+        cfg.pids_limit = config.sandbox.pids_limit;
+        cfg.network = config.sandbox.network && !args.no_network;
+        cfg.binds = vec![format!("{}:/workspace", cwd.display())];
+        cfg.workdir = Some("/workspace".into());
+        cfg.name_prefix = "agent-tui".into();
+        let sandbox = Sandbox::start(&docker, &cfg).await?;
+        match Shell::start(&sandbox, config.sandbox.max_output_bytes).await {
+            Ok(shell) => Ok((sandbox, shell)),
+            Err(e) => {
+                sandbox.remove().await;
+                Err(e)
+            }
+        }
+    };
+    let prepared = tokio::select! {
+        r = prepare => r,
+        sig = signals.recv() => {
+            cleanup(&docker, &run_id).await;
+            return Ok(Signals::exit_code(sig));
+        }
+    };
+    let (sandbox, shell) = match prepared {
+        Ok(p) => p,
+        Err(e) => {
+            cleanup(&docker, &run_id).await;
+            return Err(e.into());
+        }
+    };
+    // From here on the container exists: every path below ends in the clean-up.
+    let result = async {
+        let specs = ToolSpecs::builtin()?;
+        let agents_md = std::fs::read_to_string(cwd.join("AGENTS.md")).ok();
+        let prompt = system_prompt(&specs, shell.cwd(), agents_md.as_deref());
+        let executor = ToolExecutor::new(
+            shell,
+            Duration::from_secs(config.sandbox.command_timeout_secs),
+            config.sandbox.max_output_bytes,
+        );
+        let mut limits = config.episode.clone();
+        // One interactive session spans many tasks: the per-episode limits of the
+        // headless runner would end it after a few of them.
+        limits.max_turns = limits.max_turns.max(100_000);
+        limits.token_budget = limits.token_budget.max(1 << 40);
+        limits.wall_clock_secs = limits.wall_clock_secs.max(30 * 24 * 3600);
+        let session = SessionConfig {
+            limits: limits.clone(),
+            approval: ApprovalMode::Ask,
+            system_prompt: prompt,
+            end_after_first_task: false,
+            run_id: run_id.clone(),
+            episode_id: String::new(),
+            model_name: model.name(),
+            image: sandbox.image().to_string(),
+            container: sandbox.name().to_string(),
+            trajectory: None,
+        };
+        let ctx = TuiContext {
+            docker: docker.clone(),
+            sandbox: sandbox.clone(),
+            session,
+            model: model.clone(),
+            resolve: resolve.clone(),
+            specs,
+            app: AppConfig {
+                model: model.name(),
+                workspace: cwd_text.clone(),
+                approval: args.approval.into(),
+                context_tokens: limits.context_tokens,
+                files: popup::scan_workspace(&cwd),
+            },
+            sessions_dir: sessions_dir.clone(),
+            resume,
+            max_output: config.sandbox.max_output_bytes,
+        };
+        // A panic inside the UI must still remove the container (the panic hook has
+        // already restored the terminal by the time it is caught here).
+        match std::panic::AssertUnwindSafe(agent::tui::run(ctx, executor)).catch_unwind().await {
+            Ok(r) => r.map_err(anyhow::Error::from),
+            Err(_) => Err(anyhow::anyhow!("the interactive UI crashed (see the message above)")),
+        }
+    }
+    .await;
+    agent::tui::terminal::restore();
+    say("● removing the sandbox");
+    sandbox.remove().await;
+    cleanup(&docker, &run_id).await;
+    result.map(|signal| signal.map_or(0, Signals::exit_code))
+}
+
+/// Progress on stderr; a terminal that is gone (a closed tmux pane, SIGHUP) must not
+/// stop the clean-up that follows, as `eprintln!` would by panicking.
+fn say(line: &str) {
+    use std::io::Write;
+    let _ = writeln!(std::io::stderr(), "{line}");
+}
+
+fn print_sessions(dir: &Path) {
+    let sessions = store::list(dir);
+    if sessions.is_empty() {
+        println!("no saved sessions in {}", dir.display());
+        return;
+    }
+    println!("saved sessions, newest first (resume one with `agent --resume ID`):");
+    for s in sessions.iter().take(30) {
+        println!("  {}  {}  {}", s.id, s.cwd, s.title);
+    }
+}
+
+/// Removes whatever this run created, registered or not.
+async fn cleanup(docker: &bollard::Docker, run_id: &str) {
+    sandbox::cleanup_registered(docker).await;
+    if let Err(e) = sandbox::remove_run(docker, run_id).await {
+        tracing::warn!("clean-up of run {run_id}: {e}");
+    }
+}
+
+/// `agent tui-bench`: render timings for the README.
+pub fn bench(width: u16, height: u16, frames: usize) -> anyhow::Result<u8> {
+    let report = agent::tui::bench::run_bench(width, height, &[100, 1_000, 10_000, 100_000], frames)?;
+    print!("{}", agent::tui::bench::format_report(&report));
+    Ok(0)
+}

@@ -1,0 +1,287 @@
+//! The interactive UI end to end: the real binary in a tmux pane, driven with
+//! `send-keys` and read with `capture-pane`.
+
+use std::path::Path;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use crate::support;
+
+/// A detached tmux session running bash, killed when dropped.
+struct Tmux {
+    name: String,
+}
+
+impl Tmux {
+    fn start(dir: &Path, width: u16, height: u16) -> Tmux {
+        let name = format!("agent-it-{}", &uuid::Uuid::new_v4().simple().to_string()[..8]);
+        let status = Command::new("tmux")
+            .args(["new-session", "-d", "-s", &name, "-x", &width.to_string(), "-y", &height.to_string()])
+            .args(["-c", dir.to_str().unwrap(), "env PS1='READY$ ' bash --norc --noprofile"])
+            .status()
+            .expect("tmux must be installed (scripts/setup.sh installs it)");
+        assert!(status.success());
+        Tmux { name }
+    }
+
+    fn keys(&self, keys: &[&str]) {
+        let status = Command::new("tmux").args(["send-keys", "-t", &self.name]).args(keys).status().unwrap();
+        assert!(status.success());
+    }
+
+    /// Types text literally (no key names).
+    fn type_text(&self, text: &str) {
+        let status = Command::new("tmux").args(["send-keys", "-t", &self.name, "-l", text]).status().unwrap();
+        assert!(status.success());
+    }
+
+    fn screen(&self) -> String {
+        let out = Command::new("tmux").args(["capture-pane", "-p", "-t", &self.name]).output().unwrap();
+        String::from_utf8_lossy(&out.stdout).to_string()
+    }
+
+    fn alternate_on(&self) -> bool {
+        let out = Command::new("tmux").args(["display", "-p", "-t", &self.name, "#{alternate_on}"]).output().unwrap();
+        String::from_utf8_lossy(&out.stdout).trim() == "1"
+    }
+
+    /// Waits until the screen satisfies `pred`; panics with the screen after `timeout`.
+    fn wait_for(&self, what: &str, timeout: Duration, pred: impl Fn(&str) -> bool) -> String {
+        let start = Instant::now();
+        loop {
+            let s = self.screen();
+            if pred(&s) {
+                return s;
+            }
+            if start.elapsed() > timeout {
+                panic!("timed out after {timeout:?} waiting for {what}; the screen:\n{s}");
+            }
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+
+    fn wait_text(&self, text: &str, timeout: Duration) -> String {
+        self.wait_for(&format!("`{text}`"), timeout, |s| s.contains(text))
+    }
+}
+
+impl Drop for Tmux {
+    fn drop(&mut self) {
+        let _ = Command::new("tmux").args(["kill-session", "-t", &self.name]).status();
+    }
+}
+
+/// The 12-hex container id printed after `cid=` on the screen, if any.
+fn container_id(screen: &str) -> Option<String> {
+    screen.match_indices("cid=").find_map(|(i, _)| {
+        let id: String = screen[i + 4..].chars().take(12).collect();
+        (id.len() == 12 && id.chars().all(|c| c.is_ascii_hexdigit())).then_some(id)
+    })
+}
+
+fn container_exists(id: &str) -> bool {
+    let out = Command::new("docker").args(["ps", "-a", "-q", "--filter", &format!("id={id}")]).output().unwrap();
+    !String::from_utf8_lossy(&out.stdout).trim().is_empty()
+}
+
+fn processes(id: &str) -> String {
+    let out = Command::new("docker").args(["top", id]).output().unwrap();
+    String::from_utf8_lossy(&out.stdout).to_string()
+}
+
+/// The shell line that starts the UI in `dir/work` with its data under `dir/data`.
+fn ui_command(dir: &tempfile::TempDir, model: &str, extra: &str) -> String {
+    format!(
+        "XDG_DATA_HOME={} {} {extra} --model {model} --approval ask; echo TUI-EXITED rc=$?",
+        dir.path().join("data").display(),
+        support::agent_bin().display()
+    )
+}
+
+/// Waits for the UI, then reads the container id with a `!cmd` (the hostname).
+fn wait_ui(tmux: &Tmux) -> String {
+    tmux.wait_text("Ask anything", Duration::from_secs(600));
+    assert!(tmux.alternate_on(), "the UI runs on the alternate screen");
+    // `!cmd` runs in the sandbox directly; the hostname is the container id.
+    tmux.type_text("!echo cid=$(hostname)");
+    tmux.keys(&["Enter"]);
+    let screen = tmux.wait_for("the container id", Duration::from_secs(60), |s| container_id(s).is_some());
+    let cid = container_id(&screen).unwrap_or_default();
+    assert!(container_exists(&cid), "{cid} should be running");
+    cid
+}
+
+/// Starts the UI in a fresh workspace; returns the tmux pane and the container id.
+fn open_ui(dir: &tempfile::TempDir, model: &str, extra: &str) -> (Tmux, String) {
+    let work = dir.path().join("work");
+    std::fs::create_dir_all(&work).unwrap();
+    std::fs::write(work.join("marker.txt"), "marker-from-the-host\n").unwrap();
+    let tmux = Tmux::start(&work, 110, 40);
+    tmux.keys(&[&ui_command(dir, model, extra), "Enter"]);
+    let cid = wait_ui(&tmux);
+    (tmux, cid)
+}
+
+/// Quits with Ctrl+C twice and checks the terminal and the container.
+fn quit_and_check(tmux: &Tmux, cid: &str) {
+    tmux.keys(&["C-c"]);
+    tmux.wait_text("Ctrl+C again to quit", Duration::from_secs(10));
+    tmux.keys(&["C-c"]);
+    let screen = tmux.wait_text("TUI-EXITED rc=0", Duration::from_secs(60));
+    assert!(!tmux.alternate_on(), "the alternate screen was left");
+    assert!(screen.contains("READY$"), "the shell prompt is back:\n{screen}");
+    // Raw mode is off again: the terminal echoes and works line by line.
+    tmux.type_text("stty -a | grep -q -- ' -icanon' && echo STTY-RAW || echo STTY-COOKED");
+    tmux.keys(&["Enter"]);
+    tmux.wait_for("the stty verdict", Duration::from_secs(10), |s| s.lines().any(|l| l.trim() == "STTY-COOKED"));
+    assert!(!container_exists(cid), "container {cid} is left behind");
+}
+
+#[test]
+fn tui_runs_approves_interrupts_and_quits_cleanly() {
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(support::docker());
+    let dir = tempfile::tempdir().unwrap();
+    let script = support::script(
+        &dir,
+        "tui.yaml",
+        r#"
+- |
+  I'll print it.
+  <bash>
+  cmd: echo "tui-e2e-$((6*7))" && cat marker.txt
+  </bash>
+- |
+  <finish>
+  message: Printed the marker.
+  </finish>
+- |
+  This takes a while.
+  <bash>
+  cmd: sleep 300
+  </bash>
+- |
+  <finish>
+  message: this reply is never reached
+  </finish>
+"#,
+    );
+    let (tmux, cid) = open_ui(&dir, &format!("scripted:{}", script.display()), "");
+
+    tmux.type_text("print the marker");
+    tmux.keys(&["Enter"]);
+    tmux.wait_text("allow bash?", Duration::from_secs(30));
+    tmux.keys(&["y"]);
+    let screen = tmux.wait_text("Printed the marker.", Duration::from_secs(30));
+    assert!(screen.contains("tui-e2e-42"), "{screen}");
+    assert!(screen.contains("marker-from-the-host"), "the workspace is mounted:\n{screen}");
+
+    tmux.type_text("now wait");
+    tmux.keys(&["Enter"]);
+    tmux.wait_text("allow bash?", Duration::from_secs(30));
+    tmux.keys(&["y"]);
+    tmux.wait_text("running… (Esc to interrupt)", Duration::from_secs(30));
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !processes(&cid).contains("sleep 300") {
+        assert!(Instant::now() < deadline, "sleep 300 never started: {}", processes(&cid));
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let pressed = Instant::now();
+    tmux.keys(&["Escape"]);
+    let screen = tmux.wait_text("⎿ interrupted", Duration::from_secs(15));
+    assert!(pressed.elapsed() < Duration::from_secs(10), "Esc took {:?}", pressed.elapsed());
+    assert!(!screen.contains("never reached"), "{screen}");
+    assert!(!processes(&cid).contains("sleep 300"), "the command still runs: {}", processes(&cid));
+
+    quit_and_check(&tmux, &cid);
+    // The session was saved for --resume / --continue.
+    let sessions = dir.path().join("data/agent/sessions");
+    let files: Vec<_> = std::fs::read_dir(&sessions).unwrap().collect();
+    assert_eq!(files.len(), 1, "one session file in {}", sessions.display());
+}
+
+#[test]
+fn tui_with_the_default_model_streams_a_reply_and_exits_cleanly() {
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(support::docker());
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("agent.toml");
+    // One short reply keeps this to a few minutes on two CPU cores.
+    std::fs::write(&cfg, "[episode]\nmax_reply_tokens = 32\n").unwrap();
+    let (tmux, cid) = open_ui(&dir, "default", &format!("--config {}", cfg.display()));
+    tmux.type_text("Say hello.");
+    tmux.keys(&["Enter"]);
+    // A reply has streamed once the context counter moved (the usage follows the message).
+    tmux.wait_for("a streamed reply", Duration::from_secs(1500), |s| !s.contains("ctx 0/") && s.contains("\n● "));
+    tmux.keys(&["Escape"]);
+    quit_and_check(&tmux, &cid);
+}
+
+#[test]
+fn tui_continue_restores_the_transcript_in_a_new_sandbox() {
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(support::docker());
+    let dir = tempfile::tempdir().unwrap();
+    let script = support::script(&dir, "one.yaml", "- |\n  <finish>\n  message: noted the kumquat\n  </finish>\n");
+    let model = format!("scripted:{}", script.display());
+    let (tmux, first) = open_ui(&dir, &model, "");
+    tmux.type_text("remember the word kumquat");
+    tmux.keys(&["Enter"]);
+    tmux.wait_text("noted the kumquat", Duration::from_secs(30));
+    quit_and_check(&tmux, &first);
+    tmux.type_text("clear");
+    tmux.keys(&["Enter"]);
+    tmux.keys(&[&ui_command(&dir, &model, "--continue"), "Enter"]);
+    let second = wait_ui(&tmux);
+    assert_ne!(first, second, "a resumed session gets a new sandbox");
+    let screen = tmux.screen();
+    assert!(screen.contains("remember the word kumquat") && screen.contains("noted the kumquat"), "{screen}");
+    assert!(screen.contains("resumed session"), "{screen}");
+    quit_and_check(&tmux, &second);
+}
+
+/// The pid of the `agent` process running in the pane's shell.
+fn agent_pid(tmux: &Tmux) -> String {
+    let out = Command::new("tmux").args(["display", "-p", "-t", &tmux.name, "#{pane_pid}"]).output().unwrap();
+    let shell = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    let out = Command::new("pgrep").args(["-P", &shell, "-x", "agent"]).output().unwrap();
+    String::from_utf8_lossy(&out.stdout).lines().next().unwrap_or_default().to_string()
+}
+
+/// After the UI ended some other way than a quit: the terminal and the container.
+fn check_exit(tmux: &Tmux, cid: &str, rc: &str) -> String {
+    let screen = tmux.wait_text(&format!("TUI-EXITED rc={rc}"), Duration::from_secs(60));
+    assert!(!tmux.alternate_on(), "the alternate screen was left:\n{screen}");
+    tmux.type_text("stty -a | grep -q -- ' -icanon' && echo STTY-RAW || echo STTY-COOKED");
+    tmux.keys(&["Enter"]);
+    tmux.wait_for("the stty verdict", Duration::from_secs(10), |s| s.lines().any(|l| l.trim() == "STTY-COOKED"));
+    assert!(!container_exists(cid), "container {cid} is left behind");
+    screen
+}
+
+#[test]
+fn tui_cleans_up_after_sigterm_and_after_a_panic() {
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(support::docker());
+    let dir = tempfile::tempdir().unwrap();
+    let script = support::script(&dir, "none.yaml", "[]\n");
+    let model = format!("scripted:{}", script.display());
+    let (tmux, cid) = open_ui(&dir, &model, "");
+    let pid = agent_pid(&tmux);
+    assert!(!pid.is_empty(), "no agent process under the pane's shell");
+    assert!(Command::new("kill").args(["-TERM", &pid]).status().unwrap().success());
+    // 128 + SIGTERM, as `agent run` exits after a signal.
+    check_exit(&tmux, &cid, "143");
+
+    tmux.type_text("clear");
+    tmux.keys(&["Enter"]);
+    tmux.keys(&[&format!("RUST_BACKTRACE=0 AGENT_TUI_TEST_PANIC=boom {}", ui_command(&dir, &model, "")), "Enter"]);
+    let cid = wait_ui(&tmux);
+    tmux.type_text("boom");
+    tmux.keys(&["Enter"]);
+    let screen = check_exit(&tmux, &cid, "2");
+    assert!(
+        screen.contains("panic requested through AGENT_TUI_TEST_PANIC"),
+        "the panic message is readable:\n{screen}"
+    );
+}
