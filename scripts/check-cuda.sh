@@ -8,9 +8,12 @@ cd "$(dirname "$0")/.."
 venv="${CUDA_VENV:-/opt/cu13}"
 if [ ! -x "$venv/bin/pip" ]; then python3 -m venv "$venv"; fi
 C="$venv/lib/python3.11/site-packages/nvidia/cu13"
-if [ ! -x "$C/bin/nvcc" ]; then
-  "$venv/bin/pip" install --quiet nvidia-cuda-nvcc nvidia-cuda-runtime nvidia-cublas nvidia-curand \
-    nvidia-cuda-cccl nvidia-cuda-crt nvidia-cuda-nvrtc nvidia-nvvm nvidia-nccl-cu13
+# mistralrs-quant 0.8.1's build script knows CUDA up to 13.2, so the compiler parts are
+# pinned there (PyPI's newest is 13.5).
+cu="${CUDA_WHEEL_VERSION:-13.2.*}"
+if ! "$C/bin/nvcc" --version 2>/dev/null | grep -q "release ${cu%.*}"; then
+  "$venv/bin/pip" install --quiet "nvidia-cuda-nvcc==$cu" "nvidia-cuda-runtime==$cu" "nvidia-cuda-cccl==$cu" \
+    "nvidia-cuda-crt==$cu" "nvidia-cuda-nvrtc==$cu" "nvidia-nvvm==$cu" nvidia-cublas nvidia-curand nvidia-nccl-cu13
 fi
 for lib in cublas cublasLt cudart curand nvrtc; do
   real="$(ls "$C/lib/lib$lib.so."* 2>/dev/null | head -n 1)"

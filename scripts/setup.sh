@@ -24,5 +24,11 @@ if ! docker info >/dev/null 2>&1; then
   exit 1
 fi
 
-cargo build --quiet --bin agent
+# The test command builds every target here: a `--bin`-only build resolves dependency
+# features differently and would compile mistral.rs a second time.
+if [ -n "${AGENT_SETUP_ALL_TARGETS:-}" ]; then
+  cargo build --quiet --all-targets
+else
+  cargo build --quiet --bin agent
+fi
 "$AGENT_BIN" sandbox base

@@ -3,7 +3,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/env.sh
-scripts/setup.sh
+AGENT_SETUP_ALL_TARGETS=1 scripts/setup.sh
 cargo fmt --check
 cargo clippy --quiet --all-targets -- -D warnings
 cargo test --no-fail-fast -- --test-threads="${AGENT_TEST_THREADS:-4}"
