@@ -148,8 +148,7 @@ pub fn fixture(path: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures").join(path)
 }
 
-/// Removes the images `agent bench` built for these fixture tasks, and dangling
-/// layers its failed builds left.
+/// Removes the images `agent bench` built for these fixture tasks.
 pub fn remove_bench_images(tasks: &[&str]) {
     for t in tasks {
         let out = Command::new("docker")
@@ -158,27 +157,6 @@ pub fn remove_bench_images(tasks: &[&str]) {
             .expect("docker images");
         for image in String::from_utf8_lossy(&out.stdout).lines().filter(|l| !l.is_empty()) {
             let _ = Command::new("docker").args(["rmi", "-f", image]).output();
-        }
-    }
-    let _ = Command::new("docker").args(["image", "prune", "-f", "--filter", "label=agent.image=1"]).output();
-}
-
-/// Ids of dangling images (build leftovers) now.
-pub fn dangling_images() -> std::collections::BTreeSet<String> {
-    let out = Command::new("docker")
-        .args(["images", "-a", "-q", "--no-trunc", "-f", "dangling=true"])
-        .output()
-        .expect("docker images");
-    String::from_utf8_lossy(&out.stdout).lines().filter(|l| !l.is_empty()).map(str::to_string).collect()
-}
-
-/// Removes dangling images that appeared since `before` and carry the layers
-/// `agent bench` adds to every build (a failed build keeps its last good layer).
-pub fn remove_new_bench_leftovers(before: &std::collections::BTreeSet<String>) {
-    for id in dangling_images().difference(before) {
-        let hist = Command::new("docker").args(["history", "--no-trunc", id]).output().expect("docker history");
-        if String::from_utf8_lossy(&hist.stdout).contains(agent::sandbox::CA_BUNDLE_PATH) {
-            let _ = Command::new("docker").args(["rmi", id]).output();
         }
     }
 }
