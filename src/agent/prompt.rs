@@ -26,8 +26,15 @@ pub fn system_prompt(specs: &ToolSpecs, cwd: &str, project_instructions: Option<
 
 /// Today's date (UTC) as YYYY-MM-DD.
 fn today() -> String {
-    let days = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs() / 86_400).unwrap_or(0) as i64;
-    // Civil-from-days (Howard Hinnant's algorithm).
+    let secs = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
+    let (y, m, d) = civil_date(secs);
+    format!("{y:04}-{m:02}-{d:02}")
+}
+
+/// The UTC calendar date `(year, month, day)` of a Unix time, by Howard Hinnant's
+/// civil-from-days algorithm (no time-zone database needed for UTC).
+pub fn civil_date(unix_secs: u64) -> (i64, i64, i64) {
+    let days = (unix_secs / 86_400) as i64;
     let z = days + 719_468;
     let era = z.div_euclid(146_097);
     let doe = z - era * 146_097;
@@ -37,7 +44,7 @@ fn today() -> String {
     let d = doy - (153 * mp + 2) / 5 + 1;
     let m = if mp < 10 { mp + 3 } else { mp - 9 };
     let y = yoe + era * 400 + i64::from(m <= 2);
-    format!("{y:04}-{m:02}-{d:02}")
+    (y, m, d)
 }
 
 #[cfg(test)]

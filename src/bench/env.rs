@@ -11,8 +11,9 @@ use bollard::network::{ConnectNetworkOptions, CreateNetworkOptions, ListNetworks
 use bollard::Docker;
 
 use super::compose::{Service, CLIENT, TEST_DIR};
-use super::images::{sanitize, TaskImages};
+use super::images::TaskImages;
 use super::task::BenchTask;
+use crate::sandbox::docker_name_part;
 use crate::sandbox::{self, ContainerConfig, Sandbox, LABEL_EPISODE, LABEL_OWNER, LABEL_RUN};
 
 /// Container settings shared by every trial of a run.
@@ -75,7 +76,11 @@ impl TrialEnv {
             images.by_service.get(&s.name).cloned().ok_or_else(|| format!("no image for the service `{}`", s.name))
         };
         if task.environment.sidecars().next().is_some() {
-            let name = format!("agent-bench-{}-{}", sanitize(episode), &uuid::Uuid::new_v4().simple().to_string()[..6]);
+            let name = format!(
+                "agent-bench-{}-{}",
+                docker_name_part(episode),
+                &uuid::Uuid::new_v4().simple().to_string()[..6]
+            );
             let opts = CreateNetworkOptions {
                 name: name.clone(),
                 driver: "bridge".to_string(),
@@ -126,8 +131,8 @@ impl TrialEnv {
     ) -> Result<String, String> {
         let name = format!(
             "agent-bench-{}-{}-{}",
-            sanitize(episode),
-            sanitize(&service.name),
+            docker_name_part(episode),
+            docker_name_part(&service.name),
             &uuid::Uuid::new_v4().simple().to_string()[..6]
         );
         let net = self.network.clone().unwrap_or_else(|| "bridge".into());

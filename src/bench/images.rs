@@ -99,7 +99,11 @@ impl ImageCache {
                     for from in from_images(dockerfile) {
                         self.ensure_standin_for(&from).await?;
                     }
-                    let tag = format!("agent-bench-{}-{}:latest", sanitize(&task.name), sanitize(&service.name));
+                    let tag = format!(
+                        "agent-bench-{}-{}:latest",
+                        sandbox::docker_name_part(&task.name),
+                        sandbox::docker_name_part(&service.name)
+                    );
                     let mut on_notice = |n: String| notices.push(n);
                     let mut errors: Vec<String> = Vec::new();
                     let mut on_log = |l: &str| {
@@ -203,20 +207,6 @@ fn looks_like_error(line: &str) -> bool {
         .any(|p| l.contains(p))
 }
 
-/// A Docker-safe name part.
-pub fn sanitize(name: &str) -> String {
-    let s: String = name
-        .to_lowercase()
-        .chars()
-        .map(|c| if c.is_ascii_alphanumeric() || c == '-' || c == '_' || c == '.' { c } else { '-' })
-        .collect();
-    if s.is_empty() {
-        "task".into()
-    } else {
-        s
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -227,7 +217,6 @@ mod tests {
         let p = d.path().join("Dockerfile");
         std::fs::write(&p, "FROM --platform=x a:1 AS b\nRUN x\nfrom b\n").unwrap();
         assert_eq!(from_images(&p), ["a:1", "b"]);
-        assert_eq!(sanitize("Hello World"), "hello-world");
         assert!(looks_like_error("fatal: unable to access 'https://github.com/x/': Could not resolve host"));
         assert!(!looks_like_error("Step 3/5 : RUN make"));
     }

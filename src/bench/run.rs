@@ -55,18 +55,8 @@ fn now_ms() -> u128 {
 
 /// `YYYYMMDD-HHMMSS` in UTC.
 fn timestamp(unix_secs: u64) -> String {
-    let days = (unix_secs / 86_400) as i64;
+    let (y, m, d) = crate::agent::civil_date(unix_secs);
     let secs = unix_secs % 86_400;
-    // Howard Hinnant's civil-from-days.
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    let y = yoe + era * 400 + (m <= 2) as i64;
     format!("{y:04}{m:02}{d:02}-{:02}{:02}{:02}", secs / 3600, secs / 60 % 60, secs % 60)
 }
 

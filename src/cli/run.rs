@@ -85,7 +85,7 @@ pub async fn run(args: RunArgs, config: Config) -> anyhow::Result<u8> {
         let mut notices: Vec<String> = Vec::new();
         let image = match &task {
             Some(t) => {
-                let tag = format!("agent-task-{}:latest", sanitize_tag(&t.name));
+                let tag = format!("agent-task-{}:latest", agent::sandbox::docker_name_part(&t.name));
                 let mut on_notice = |n: String| notices.push(n);
                 sandbox::build_task_image(
                     &docker,
@@ -211,18 +211,5 @@ async fn cleanup(docker: &bollard::Docker, run_id: &str) {
     sandbox::cleanup_registered(docker).await;
     if let Err(e) = sandbox::remove_run(docker, run_id).await {
         tracing::warn!("clean-up of run {run_id}: {e}");
-    }
-}
-
-fn sanitize_tag(name: &str) -> String {
-    let s: String = name
-        .to_lowercase()
-        .chars()
-        .map(|c| if c.is_ascii_alphanumeric() || c == '-' || c == '_' || c == '.' { c } else { '-' })
-        .collect();
-    if s.is_empty() {
-        "task".into()
-    } else {
-        s
     }
 }

@@ -407,6 +407,21 @@ fn append_tree(builder: &mut tar::Builder<Vec<u8>>, dir: &Path, name: &Path) -> 
     Ok(())
 }
 
+/// A Docker-safe image or container name part: lower case, anything but letters, digits,
+/// `-`, `_` and `.` turned into `-` (`task` when nothing is left).
+pub fn docker_name_part(name: &str) -> String {
+    let s: String = name
+        .to_lowercase()
+        .chars()
+        .map(|c| if c.is_ascii_alphanumeric() || c == '-' || c == '_' || c == '.' { c } else { '-' })
+        .collect();
+    if s.is_empty() {
+        "task".into()
+    } else {
+        s
+    }
+}
+
 /// Where [`BuildEnv::ca_bundle`] lands in an image.
 pub const CA_BUNDLE_PATH: &str = "/usr/local/share/agent/host-ca-bundle.crt";
 const CA_CONTEXT_NAME: &str = "agent-host-ca-bundle.crt";
@@ -521,6 +536,13 @@ pub async fn build_task_image_with(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn name_parts_are_docker_safe() {
+        assert_eq!(docker_name_part("Hello World"), "hello-world");
+        assert_eq!(docker_name_part("a_b.c-D"), "a_b.c-d");
+        assert_eq!(docker_name_part(""), "task");
+    }
 
     #[test]
     fn glob_patterns() {

@@ -18,8 +18,8 @@ pub use error::SandboxError;
 pub use exec::{exec_capture, ExecOutput};
 pub use files::{resolve_path, FileData, FileKind, MAX_FILE_BYTES};
 pub use image::{
-    build_base_image, build_task_image, build_task_image_with, image_exists, resolve_image, BaseImageOptions, BuildEnv,
-    ImageMap, BASE_IMAGE, CA_BUNDLE_PATH,
+    build_base_image, build_task_image, build_task_image_with, docker_name_part, image_exists, resolve_image,
+    BaseImageOptions, BuildEnv, ImageMap, BASE_IMAGE, CA_BUNDLE_PATH,
 };
 pub use output::{sanitize, OutputCollector};
 pub use prune::{owner_label, prune, remove_run, PruneScope};
