@@ -11,6 +11,9 @@
 # Env: STEPS (5), WARMUP (1), THREADS (2), MODES ("step fwdbwd"), SHAPES ("tiny 100m").
 # How long: the first run builds the venv (~3 min, ~2.5 GB downloaded, 4 GB on disk);
 # then about 1.5 min on an idle 2-core machine (the 100m step is ~4-5 s).
+# Measure on an idle machine only: 2 OpenMP threads on 2 busy cores stall at every barrier.
+# Seen at load 5 (a cargo build alongside): 100m 51 s/step, tiny 3.2 s/step (0.1 s at 1 thread),
+# and the run took 12.5 min. Each result records the load average before and after.
 #
 # Why the odd install: the CPU-only torch wheel lives on PyTorch's own index, which is not
 # reachable here; PyPI's Linux torch wheel is the CUDA build. Its libraries are linked against
