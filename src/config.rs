@@ -30,6 +30,10 @@ pub struct Config {
     pub sandbox: SandboxSettings,
     /// Image substitutions for hosts that cannot pull (pattern → local image).
     pub image_map: ImageMap,
+    /// A system-prompt template that replaces `prompts/system.md` (`{{cwd}}`,
+    /// `{{tools}}`, `{{date}}` are filled in when present); training presets for tiny
+    /// models use a short one.
+    pub system_prompt: Option<String>,
 }
 
 /// Stop conditions of an episode.

@@ -15,4 +15,5 @@ pub mod sandbox;
 pub mod serve;
 pub mod task;
 pub mod tools;
+pub mod train;
 pub mod tui;

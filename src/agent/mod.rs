@@ -8,7 +8,7 @@ mod todo;
 mod trajectory;
 
 pub use executor::{ToolExecutor, ToolOutcome};
-pub use prompt::{civil_date, system_prompt};
+pub use prompt::{civil_date, render_system_prompt, system_prompt};
 pub use session::{spawn_session, EpisodeSummary, SessionConfig, SessionHandle};
 pub use todo::{TodoItem, TodoList};
 pub use trajectory::{EpisodeEndRecord, EpisodeStart, ObservationRecord, TrajectoryWriter, TurnRecord};

@@ -9,16 +9,28 @@ const SYSTEM_TEMPLATE: &str = include_str!("../../prompts/system.md");
 /// Renders the system prompt for a sandbox whose shell starts in `cwd`.
 /// `project_instructions` is the content of the project's `AGENTS.md`, if any.
 pub fn system_prompt(specs: &ToolSpecs, cwd: &str, project_instructions: Option<&str>) -> String {
+    render_system_prompt(SYSTEM_TEMPLATE, specs, cwd, project_instructions)
+}
+
+/// Renders a system-prompt template (`{{cwd}}`, `{{date}}`, `{{tools}}` and
+/// `{{project_instructions}}` are filled in; a template may leave any of them out).
+pub fn render_system_prompt(
+    template: &str,
+    specs: &ToolSpecs,
+    cwd: &str,
+    project_instructions: Option<&str>,
+) -> String {
     let project = match project_instructions {
         Some(text) if !text.trim().is_empty() => {
             format!("\n# Project instructions (AGENTS.md)\n\n{}\n", text.trim())
         }
         _ => String::new(),
     };
-    SYSTEM_TEMPLATE
+    let tools = if template.contains("{{tools}}") { render_tool_section(specs) } else { String::new() };
+    template
         .replace("{{cwd}}", cwd)
         .replace("{{date}}", &today())
-        .replace("{{tools}}", &render_tool_section(specs))
+        .replace("{{tools}}", &tools)
         .replace("{{project_instructions}}", &project)
         .trim_end()
         .to_string()

@@ -12,7 +12,7 @@ use tokio_util::sync::CancellationToken;
 use super::results::FailureMode;
 use super::solution::Solution;
 use super::task::BenchTask;
-use crate::agent::{spawn_session, system_prompt, SessionConfig, ToolExecutor};
+use crate::agent::{render_system_prompt, spawn_session, system_prompt, SessionConfig, ToolExecutor};
 use crate::config::Config;
 use crate::llm::{resolve_model, ModelBackend, ModelSpec, ResolveOptions};
 use crate::protocol::{ApprovalMode, EndReason, Event, Op, TokenUsage};
@@ -171,7 +171,10 @@ async fn ours(
     let session_cfg = SessionConfig {
         limits,
         approval: ApprovalMode::Auto,
-        system_prompt: system_prompt(&specs, shell.cwd(), None),
+        system_prompt: match &config.system_prompt {
+            Some(template) => render_system_prompt(template, &specs, shell.cwd(), None),
+            None => system_prompt(&specs, shell.cwd(), None),
+        },
         end_after_first_task: true,
         run_id: run_id.to_string(),
         episode_id: episode_id.to_string(),

@@ -24,9 +24,13 @@ pub mod trial;
 pub mod verify;
 
 pub use agents::{AgentKind, ModelSource};
+pub use env::EnvSettings;
 pub use error::{BenchError, TaskError};
 pub use hostenv::HostEnv;
+pub use images::ImageCache;
 pub use results::{FailureMode, ResultsFile, TrialRecord};
 pub use run::{plan, run_bench, BenchOptions, RunPlan};
 pub use task::{discover, BenchTask, Layout, TaskEntry};
+pub use trial::{run_trial_with, TrialContext};
+pub use verify::Verifier;
 pub use verify::{VerifiedBy, VerifyMode};

@@ -30,6 +30,19 @@ pub struct TrialContext {
 
 /// Runs one trial to the end; every failure becomes the record's failure mode.
 pub async fn run_trial(ctx: &TrialContext, entry: &TaskEntry, attempt: u32) -> TrialRecord {
+    let dir = trial_dir(&ctx.run_dir, &entry.name, attempt);
+    run_trial_with(ctx, ctx.model.as_ref(), entry, attempt, dir).await
+}
+
+/// [`run_trial`] with its own model and log folder (the trainer gives each rollout a
+/// model that records its tokens).
+pub async fn run_trial_with(
+    ctx: &TrialContext,
+    model: Option<&ModelSource>,
+    entry: &TaskEntry,
+    attempt: u32,
+    dir: PathBuf,
+) -> TrialRecord {
     let started = Instant::now();
     let mut rec = TrialRecord {
         task: entry.name.clone(),
@@ -49,7 +62,6 @@ pub async fn run_trial(ctx: &TrialContext, entry: &TaskEntry, attempt: u32) -> T
         timings: Timings::default(),
         started_at_unix_ms: SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis()).unwrap_or(0),
     };
-    let dir = trial_dir(&ctx.run_dir, &entry.name, attempt);
     if let Err(e) = std::fs::create_dir_all(&dir) {
         return fail(
             rec,
@@ -85,16 +97,9 @@ pub async fn run_trial(ctx: &TrialContext, entry: &TaskEntry, attempt: u32) -> T
         return fail(rec, FailureMode::EnvBuildFailed, "the environment has no agent container".into(), started);
     };
 
-    let outcome = run_agent(
-        ctx.agent,
-        ctx.model.as_ref(),
-        &ctx.config,
-        task,
-        &sandbox,
-        &dir,
-        (ctx.env.run_id.as_str(), episode.as_str()),
-    )
-    .await;
+    let outcome =
+        run_agent(ctx.agent, model, &ctx.config, task, &sandbox, &dir, (ctx.env.run_id.as_str(), episode.as_str()))
+            .await;
     rec.timings.agent_secs = outcome.duration.as_secs_f64();
     rec.usage = outcome.usage;
     rec.turns = outcome.turns;

@@ -9,6 +9,7 @@ mod run;
 mod sandbox;
 mod serve;
 mod signals;
+mod train;
 mod tui;
 
 use std::path::PathBuf;
@@ -52,6 +53,30 @@ pub enum Command {
     /// Fetch the default model, write a tiny random Qwen3 for tests, measure a model's speed.
     #[command(subcommand)]
     Model(model::ModelCommand),
+    /// Train the policy with GRPO (LoRA or full updates) on tasks run in containers.
+    Train(train::TrainArgs),
+    /// Training throughput: forward + backward (+ AdamW) tokens/s of a random Qwen3 with LoRA.
+    #[command(name = "train-bench")]
+    TrainBench {
+        #[arg(long, value_enum, default_value = "tiny")]
+        shape: agent::train::speed::BenchShape,
+        #[arg(long, value_enum, default_value = "step")]
+        mode: agent::train::speed::BenchMode,
+        #[arg(long, default_value_t = 8)]
+        batch: usize,
+        #[arg(long, default_value_t = 128)]
+        seq: usize,
+        /// CPU threads (sets RAYON_NUM_THREADS, which candle's matrix products follow).
+        #[arg(long)]
+        threads: Option<usize>,
+        #[arg(long, default_value_t = 5)]
+        steps: usize,
+        #[arg(long, default_value_t = 1)]
+        warmup: usize,
+        /// Also write the report as JSON here.
+        #[arg(long)]
+        json: Option<PathBuf>,
+    },
     /// Time the interactive UI's rendering (frame time, key-to-frame latency).
     #[command(hide = true)]
     TuiBench {
@@ -89,6 +114,9 @@ pub struct LocalArgs {
     /// Turn Qwen3-style thinking off (`--think false`) or on.
     #[arg(long)]
     pub think: Option<bool>,
+    /// A PEFT LoRA adapter folder (e.g. from `agent train`) applied to a safetensors model.
+    #[arg(long, value_name = "ADAPTER_DIR")]
+    pub lora: Option<PathBuf>,
 }
 
 impl LocalArgs {
@@ -108,6 +136,7 @@ impl LocalArgs {
             context_tokens: self.ctx,
             threads: self.threads,
             prompt_cache_dir,
+            lora: self.lora.clone(),
         }
     }
 }
@@ -122,6 +151,19 @@ pub async fn dispatch(cli: Cli) -> anyhow::Result<u8> {
         Some(Command::Serve(args)) => serve::run(args, config).await,
         Some(Command::Model(cmd)) => model::run(cmd).await,
         Some(Command::JudgeEval(args)) => judge_eval::run(args).await,
+        Some(Command::Train(args)) => train::run(args, config).await,
+        Some(Command::TrainBench { shape, mode, batch, seq, threads, steps, warmup, json }) => {
+            if let Some(t) = threads {
+                std::env::set_var("RAYON_NUM_THREADS", t.to_string());
+            }
+            let report = agent::train::speed::run_speed(shape, mode, batch, seq, steps, warmup)?;
+            let text = serde_json::to_string_pretty(&report)?;
+            if let Some(path) = json {
+                std::fs::write(&path, &text)?;
+            }
+            println!("{text}");
+            Ok(0)
+        }
         Some(Command::TuiBench { width, height, frames }) => tui::bench(width, height, frames),
         None => tui::run(cli.tui, config, cli.local.options()).await,
     }

@@ -58,12 +58,32 @@ pub enum ModelCommand {
         #[arg(long, default_value_t = 400)]
         merges: usize,
     },
+    /// Print a safetensors model's next-token logits after some token ids, as mistral.rs
+    /// computes them (with `--lora`, the adapter merged the way `agent run --lora` does).
+    Logits {
+        /// Model folder (config.json + safetensors).
+        #[arg(long)]
+        model: PathBuf,
+        /// PEFT adapter folder.
+        #[arg(long)]
+        lora: Option<PathBuf>,
+        /// Comma-separated prompt token ids.
+        #[arg(long, value_delimiter = ',', required = true)]
+        tokens: Vec<u32>,
+    },
 }
 
 /// Runs a model subcommand.
 pub async fn run(cmd: ModelCommand) -> anyhow::Result<u8> {
     match cmd {
         ModelCommand::Bench(args) => super::model_bench::run(args).await,
+        ModelCommand::Logits { model, lora, tokens } => {
+            let opts = agent::llm::LocalModelOptions { force_cpu: true, lora, ..Default::default() };
+            let backend = agent::llm::LocalBackend::load(&model, &opts).await?;
+            let logits = backend.next_token_logits(tokens).await?;
+            println!("{}", serde_json::to_string(&logits)?);
+            Ok(0)
+        }
         ModelCommand::Pull { name, quiet } => {
             if name != "default" {
                 anyhow::bail!("unknown model `{name}` (known: default)");

@@ -57,6 +57,9 @@ pub struct LocalModelOptions {
     /// Where llama.cpp keeps the KV cache of a session's first prompt, so that the next
     /// session starting with the same system prompt answers at once; `None` keeps none.
     pub prompt_cache_dir: Option<PathBuf>,
+    /// A PEFT LoRA adapter folder applied to a safetensors model: merged into a cached
+    /// copy of the base weights (mistral.rs 0.8.1 cannot load a local adapter itself).
+    pub lora: Option<PathBuf>,
 }
 
 /// A model running in this process through mistral.rs.
@@ -89,7 +92,19 @@ impl LocalBackend {
             }
             b.build().await.map_err(|e| load_error(path, e))?
         } else if path.join("config.json").is_file() {
+            let merged;
+            let path = match &opts.lora {
+                Some(adapter) => {
+                    merged = merged_with_adapter(path, adapter)?;
+                    merged.as_path()
+                }
+                None => path,
+            };
             let mut b = TextModelBuilder::new(path.to_string_lossy()).with_token_source(TokenSource::None);
+            if opts.force_cpu || !Self::gpu_available() {
+                // mistral.rs would pick bf16, which is slower on CPUs and rounds the logits.
+                b = b.with_dtype(mistralrs::ModelDType::F32);
+            }
             if let Some(isq) = &opts.isq {
                 b = b.with_isq(parse_isq(isq)?);
             }
@@ -104,6 +119,51 @@ impl LocalBackend {
             });
         };
         Ok(Self { model, name, thinking: opts.thinking, last_stats: Mutex::new(None) })
+    }
+
+    /// The engine's raw next-token logits (f32, vocabulary-long) after `prompt`, a list of
+    /// token ids fed as they are (no chat template): for checking other engines against it.
+    pub async fn next_token_logits(&self, prompt: Vec<u32>) -> Result<Vec<f32>, LlmError> {
+        let (tx, mut rx) = tokio::sync::mpsc::channel(2);
+        let mut sampling = mistralrs::SamplingParams::deterministic();
+        sampling.max_len = Some(1);
+        let request = mistralrs::Request::Normal(Box::new(mistralrs::NormalRequest {
+            messages: mistralrs::RequestMessage::CompletionTokens(prompt),
+            sampling_params: sampling,
+            response: tx,
+            return_logprobs: false,
+            is_streaming: false,
+            id: 0,
+            constraint: mistralrs::Constraint::None,
+            suffix: None,
+            tools: None,
+            tool_choice: None,
+            logits_processors: None,
+            return_raw_logits: true,
+            web_search_options: None,
+            model_id: None,
+            truncate_sequence: false,
+        }));
+        let sender = self.model.inner().get_sender(None).map_err(|e| LlmError::Other(e.to_string()))?;
+        sender.send(request).await.map_err(|e| LlmError::Other(format!("the engine stopped: {e}")))?;
+        match rx.recv().await {
+            Some(Response::Raw { logits_chunks, .. }) => {
+                let last =
+                    logits_chunks.last().ok_or_else(|| LlmError::Other("the engine returned no logits".into()))?;
+                let last = last.to_dtype(mistralrs::DType::F32).map_err(|e| LlmError::Other(e.to_string()))?;
+                let dims = last.dims().to_vec();
+                let vocab = dims.last().copied().unwrap_or(0);
+                let flat =
+                    last.flatten_all().and_then(|t| t.to_vec1::<f32>()).map_err(|e| LlmError::Other(e.to_string()))?;
+                Ok(flat[flat.len() - vocab..].to_vec())
+            }
+            Some(Response::InternalError(e)) | Some(Response::ValidationError(e)) => {
+                Err(LlmError::Other(e.to_string()))
+            }
+            Some(Response::ModelError(e, _)) => Err(LlmError::Other(e)),
+            Some(_) => Err(LlmError::Other("the engine answered a raw-logits request with something else".into())),
+            None => Err(LlmError::Other("the engine closed the request".into())),
+        }
     }
 
     /// Loads `repo` from the Hugging Face hub cache, downloading what is missing
@@ -299,4 +359,33 @@ impl ModelBackend for LocalBackend {
             decode_tokens_per_sec: decode_speed,
         })
     }
+}
+
+/// A copy of the model folder `base` with the PEFT adapter in `adapter` merged in,
+/// cached under `<cache root>/merged/` by the hash of both (so a changed adapter gets a
+/// new copy and an unchanged one is reused).
+fn merged_with_adapter(base: &Path, adapter: &Path) -> Result<PathBuf, LlmError> {
+    use sha2::{Digest, Sha256};
+    let fail = |e: String| LlmError::Other(format!("cannot apply the LoRA adapter {}: {e}", adapter.display()));
+    let mut hasher = Sha256::new();
+    for file in
+        [base.join("model.safetensors"), adapter.join("adapter_model.safetensors"), adapter.join("adapter_config.json")]
+    {
+        let bytes = std::fs::read(&file).map_err(|e| fail(format!("{}: {e}", file.display())))?;
+        hasher.update((bytes.len() as u64).to_le_bytes());
+        hasher.update(&bytes);
+    }
+    let key = crate::models::hex(&hasher.finalize())[..16].to_string();
+    let root = crate::models::cache_root().map_err(|e| fail(e.to_string()))?.join("merged");
+    let dir = root.join(&key);
+    if dir.join("COMPLETE").is_file() {
+        return Ok(dir);
+    }
+    let tmp = root.join(format!(".tmp-{key}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&tmp);
+    crate::train::model::peft::merge_adapter_dir(base, adapter, &tmp).map_err(|e| fail(e.to_string()))?;
+    std::fs::write(tmp.join("COMPLETE"), b"").map_err(|e| fail(e.to_string()))?;
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::rename(&tmp, &dir).map_err(|e| fail(e.to_string()))?;
+    Ok(dir)
 }

@@ -206,6 +206,12 @@ async fn load_local(path: &Path, opts: &LocalModelOptions) -> Result<Arc<dyn Mod
     if !use_llamacpp {
         return Ok(Arc::new(LocalBackend::load(path, opts).await?));
     }
+    if let Some(adapter) = &opts.lora {
+        return Err(LlmError::UnknownSpec {
+            spec: adapter.display().to_string(),
+            hint: "LoRA adapters apply to safetensors model folders (run through mistral.rs), not GGUF files".into(),
+        });
+    }
     let llama_opts = LlamaCppOptions {
         n_ctx: opts.context_tokens.unwrap_or(0),
         threads: opts.threads.unwrap_or(0),

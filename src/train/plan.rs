@@ -404,7 +404,10 @@ impl fmt::Display for MemoryPlan {
         writeln!(f, "  {:<44}{}", "forward+backward passes per rank", self.micro_batches_per_rank)?;
         writeln!(f)?;
         let sampler = match self.engine {
-            RolloutEngine::Candle => "candle (the trainer's own weights)".to_string(),
+            RolloutEngine::Candle => format!(
+                "candle, which samples from a merged copy of the weights ({:.2} GiB)",
+                gib(self.base_params * self.dtype.size())
+            ),
             RolloutEngine::Mistralrs => {
                 format!(
                     "mistralrs, which loads its own {:.2} GiB copy of the weights",

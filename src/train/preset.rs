@@ -219,17 +219,7 @@ pub struct LoraSection {
     pub targets: Vec<String>,
 }
 
-/// How group advantages are computed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum AdvantageKind {
-    /// (r − mean) / std of the group.
-    Grpo,
-    /// r − mean, no std division (Dr. GRPO).
-    Drgrpo,
-    /// r − mean of the other members (leave-one-out).
-    Loo,
-}
+pub use crate::train::grpo::AdvantageKind;
 
 /// What happens to rollouts that hit a limit or failed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

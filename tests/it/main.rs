@@ -15,4 +15,5 @@ mod sandbox_files;
 mod sandbox_lifecycle;
 mod sandbox_shell;
 mod serve;
+mod train;
 mod tui;

@@ -53,6 +53,9 @@ pub struct TinyQwen3Config {
     pub rms_norm_eps: f64,
     /// Standard deviation of the random weights.
     pub init_std: f32,
+    /// Text added to the built-in corpus before the merges are learned (a training task
+    /// set's demonstrations, so that its frequent strings become single tokens).
+    pub extra_corpus: String,
 }
 
 impl Default for TinyQwen3Config {
@@ -71,6 +74,7 @@ impl Default for TinyQwen3Config {
             rope_theta: 1_000_000.0,
             rms_norm_eps: 1e-6,
             init_std: 0.02,
+            extra_corpus: String::new(),
         }
     }
 }
@@ -156,7 +160,11 @@ pub fn tensor_shapes(cfg: &TinyQwen3Config, vocab_size: usize) -> Vec<(String, V
 
 /// Writes a tiny random Qwen3 into `dir` (created if needed; files are overwritten).
 pub fn write_tiny_qwen3(dir: &Path, cfg: &TinyQwen3Config) -> Result<(), ModelError> {
-    let bpe = Bpe::train(CORPUS, cfg.num_merges);
+    let bpe = if cfg.extra_corpus.is_empty() {
+        Bpe::train(CORPUS, cfg.num_merges)
+    } else {
+        Bpe::train(&format!("{CORPUS}\n{}", cfg.extra_corpus), cfg.num_merges)
+    };
     let vocab_size = cfg.validate(bpe.len() + ADDED_TOKENS.len())?;
     std::fs::create_dir_all(dir).map_err(|e| ModelError::io("create", dir, e))?;
     let ids = SpecialIds { endoftext: bpe.len(), im_end: bpe.len() + 2 };

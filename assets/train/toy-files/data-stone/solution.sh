@@ -1,0 +1,2 @@
+#!/bin/bash
+echo stone > /app/data.txt

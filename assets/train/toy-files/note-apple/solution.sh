@@ -1,0 +1,2 @@
+#!/bin/bash
+echo apple > /app/note.txt

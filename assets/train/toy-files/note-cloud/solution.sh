@@ -1,0 +1,2 @@
+#!/bin/bash
+echo cloud > /app/note.txt

@@ -1,0 +1,2 @@
+#!/bin/bash
+echo river > /app/note.txt

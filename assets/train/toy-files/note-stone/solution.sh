@@ -1,0 +1,2 @@
+#!/bin/bash
+echo stone > /app/note.txt

@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# The CPU training demonstration: `agent train --preset cpu-tiny` on the toy file tasks
+# (assets/train/toy-files), real containers, the generated tiny Qwen3, warm start
+# included. Writes runs/train-cpu-tiny/{metrics.jsonl,eval.json,reward.svg,...} and
+# prints the success rate before and after. About 10 minutes on 2 cores.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+source scripts/env.sh
+scripts/setup.sh
+OUT=${OUT:-runs/train-cpu-tiny}
+rm -rf "$OUT"
+"$AGENT_BIN" train --preset cpu-tiny --out "$OUT" --no-progress
+cat "$OUT/eval.json"

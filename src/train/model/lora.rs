@@ -1,0 +1,154 @@
+//! Linear projections with an optional LoRA adapter (`y = x·Wᵀ + s·dropout(x)·Aᵀ·Bᵀ`,
+//! `s = alpha / r`), and the frozen-or-trainable parameter they are built on.
+
+use candle_core::{DType, Device, Result, Tensor, Var};
+use rand::{Rng, SeedableRng};
+
+/// The projections LoRA may target, in Qwen3's naming.
+pub const LORA_TARGETS: [&str; 7] = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"];
+
+/// LoRA hyper-parameters.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LoraSettings {
+    /// Rank r of A (r×in) and B (out×r).
+    pub rank: usize,
+    /// Scale numerator: the update is multiplied by `alpha / rank`.
+    pub alpha: f64,
+    /// Dropout on the adapter's input while training.
+    pub dropout: f64,
+    /// Which projections get an adapter (names from [`LORA_TARGETS`]).
+    pub targets: Vec<String>,
+}
+
+impl LoraSettings {
+    /// The multiplier of the low-rank update.
+    pub fn scale(&self) -> f64 {
+        self.alpha / self.rank as f64
+    }
+}
+
+/// A weight that is either frozen (a plain tensor) or trained (a variable).
+#[derive(Debug, Clone)]
+pub enum Param {
+    /// Not trained: gradients never reach it.
+    Frozen(Tensor),
+    /// Trained: the optimiser updates it in place.
+    Trainable(Var),
+}
+
+impl Param {
+    /// The current value.
+    pub fn tensor(&self) -> &Tensor {
+        match self {
+            Param::Frozen(t) => t,
+            Param::Trainable(v) => v.as_tensor(),
+        }
+    }
+}
+
+/// The trainable low-rank pair of one projection.
+#[derive(Debug, Clone)]
+pub struct Lora {
+    /// r×in, initialised like PEFT (Kaiming-uniform, bound 1/√in).
+    pub a: Var,
+    /// out×r, initialised to zero so that the adapter starts as the identity update.
+    pub b: Var,
+    /// alpha / r.
+    pub scale: f64,
+    /// Input dropout probability while training.
+    pub dropout: f64,
+}
+
+impl Lora {
+    /// A fresh adapter for a `out×in` projection; `seed` fixes A. Adapters are kept in
+    /// f32 for half-precision models (mixed precision) and in f64 for f64 models.
+    pub fn new(
+        out_dim: usize,
+        in_dim: usize,
+        settings: &LoraSettings,
+        seed: u64,
+        model_dtype: DType,
+        device: &Device,
+    ) -> Result<Self> {
+        let dtype = if model_dtype == DType::F64 { DType::F64 } else { DType::F32 };
+        let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+        let bound = 1.0 / (in_dim as f64).sqrt();
+        let a: Vec<f32> = (0..settings.rank * in_dim).map(|_| rng.gen_range(-bound..bound) as f32).collect();
+        let a = Tensor::from_vec(a, (settings.rank, in_dim), device)?.to_dtype(dtype)?;
+        let b = Tensor::zeros((out_dim, settings.rank), dtype, device)?;
+        Ok(Lora {
+            a: Var::from_tensor(&a)?,
+            b: Var::from_tensor(&b)?,
+            scale: settings.scale(),
+            dropout: settings.dropout,
+        })
+    }
+
+    /// `scale·B·A` in `dtype`: what merging adds to the base weight.
+    pub fn delta(&self, dtype: DType) -> Result<Tensor> {
+        let ba = self.b.as_tensor().to_dtype(DType::F32)?.matmul(&self.a.as_tensor().to_dtype(DType::F32)?)?;
+        (ba * self.scale)?.to_dtype(dtype)
+    }
+}
+
+/// How a forward pass runs: training (dropout on, with a reproducible mask) or not.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ForwardMode {
+    /// Dropout applies only when this is set.
+    pub train: bool,
+    /// Seeds the dropout masks; the same seed gives the same masks (recomputation relies on it).
+    pub dropout_seed: u64,
+    /// Runs the base model alone: with LoRA, the reference policy for the KL term.
+    pub adapters_off: bool,
+}
+
+/// A bias-free linear layer, optionally with a LoRA adapter.
+#[derive(Debug, Clone)]
+pub struct Linear {
+    /// out×in.
+    pub weight: Param,
+    /// The adapter, when this projection is targeted.
+    pub lora: Option<Lora>,
+    /// Distinguishes the dropout masks of different projections.
+    pub site: u64,
+}
+
+impl Linear {
+    /// Applies the projection to rows `x` (N×in).
+    pub fn forward(&self, x: &Tensor, mode: ForwardMode) -> Result<Tensor> {
+        let y = match &self.weight {
+            Param::Frozen(w) if super::frozen::supported(w.dtype()) => super::frozen::frozen_matmul(x, w)?,
+            p => x.matmul(&p.tensor().t()?)?,
+        };
+        let Some(lora) = self.lora.as_ref().filter(|_| !mode.adapters_off) else { return Ok(y) };
+        let dtype = x.dtype();
+        let mut xin = x.clone();
+        if mode.train && lora.dropout > 0.0 {
+            xin = dropout(&xin, lora.dropout, mode.dropout_seed ^ self.site.wrapping_mul(0x9E37_79B9_7F4A_7C15))?;
+        }
+        let a = lora.a.as_tensor().to_dtype(dtype)?;
+        let b = lora.b.as_tensor().to_dtype(dtype)?;
+        let update = xin.matmul(&a.t()?)?.matmul(&b.t()?)?;
+        y + (update * lora.scale)?
+    }
+
+    /// The weight with the adapter folded in, frozen: for fast sampling and for export.
+    pub fn merged(&self) -> Result<Linear> {
+        let w = self.weight.tensor().detach();
+        let w = match &self.lora {
+            Some(l) => (w.clone() + l.delta(w.dtype())?)?,
+            None => w,
+        };
+        Ok(Linear { weight: Param::Frozen(w), lora: None, site: self.site })
+    }
+}
+
+/// Inverted dropout with a mask drawn from `seed` (so that a recomputed forward sees the same mask).
+fn dropout(x: &Tensor, p: f64, seed: u64) -> Result<Tensor> {
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+    let keep = 1.0 - p;
+    let mask: Vec<f32> =
+        (0..x.elem_count()).map(|_| if rng.gen::<f64>() < keep { (1.0 / keep) as f32 } else { 0.0 }).collect();
+    let mask = Tensor::from_vec(mask, x.shape(), x.device())?.to_dtype(x.dtype())?;
+    x * mask
+}

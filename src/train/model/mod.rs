@@ -1,0 +1,16 @@
+//! The trainable Qwen3: configuration, weights, LoRA, chunked log-probs, adapter files.
+
+pub mod config;
+pub mod frozen;
+pub mod logprobs;
+pub mod lora;
+pub mod peft;
+pub mod qwen3;
+
+pub use config::Qwen3Config;
+pub use logprobs::{token_logprobs, TokenBatch, DEFAULT_CHUNK};
+pub use lora::{ForwardMode, Linear, Lora, LoraSettings, Param, LORA_TARGETS};
+pub use qwen3::{KvCache, Qwen3, TrainMode};
+
+#[cfg(test)]
+pub(crate) mod tests;
