@@ -537,8 +537,8 @@ mod tests {
         assert_eq!(plan.rollouts_per_step, 32);
         assert_eq!(plan.tokens_per_step, 32 * 512);
         assert_eq!(plan.rollouts_in_flight, 8);
-        // 32 rollouts in micro-batches of 16, one epoch.
-        assert_eq!(plan.micro_batches_per_rank, 2);
+        // 32 rollouts in micro-batches of 16, two epochs.
+        assert_eq!(plan.micro_batches_per_rank, 4);
     }
 
     #[test]

@@ -855,7 +855,7 @@ mod tests {
         assert_eq!(p.hardware.device, Device::Cpu);
         assert_eq!(p.model.path, TINY_TOY);
         let lora = p.mode.lora.as_ref().unwrap();
-        assert_eq!((lora.rank, lora.alpha, lora.targets.len()), (8, 16.0, 7));
+        assert_eq!((lora.rank, lora.alpha, lora.targets.len()), (16, 32.0, 7));
         assert_eq!((p.grpo.steps, p.grpo.tasks_per_step, p.grpo.group_size), (30, 4, 8));
         assert_eq!(p.checkpoint, CheckpointSection { every: 5, keep: 2 });
         assert_eq!(p.reward.effective_weights(), (1.0, 0.0));
@@ -883,7 +883,7 @@ mod tests {
     fn bad_values_name_the_field() {
         for (from, to, field) in [
             ("group_size: 8", "group_size: 1", "grpo.group_size"),
-            ("lr: 0.02", "lr: 0", "optim.lr"),
+            ("lr: 0.003", "lr: 0", "optim.lr"),
             ("clip_low: 0.2", "clip_low: 0", "grpo.clip_low"),
             ("down_proj]", "down]", "mode.lora.targets"),
             ("every: 5", "every: 0", "checkpoint.every"),
