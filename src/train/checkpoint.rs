@@ -131,11 +131,10 @@ pub fn write_synced(path: &Path, bytes: &[u8]) -> Result<(), TrainError> {
     f.sync_all().map_err(|e| TrainError::io("sync", path, e))
 }
 
-/// Writes `path` atomically: a temporary file in the same folder, synced, then renamed.
+/// Writes `path` atomically ([`super::metrics::write_atomic`]), then syncs its folder so
+/// that the rename itself survives a crash.
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), TrainError> {
-    let tmp = path.with_extension(format!("tmp-{}", std::process::id()));
-    write_synced(&tmp, bytes)?;
-    std::fs::rename(&tmp, path).map_err(|e| TrainError::io("rename", &tmp, e))?;
+    super::metrics::write_atomic(path, bytes).map_err(|e| TrainError::io("write", path, e))?;
     if let Some(parent) = path.parent() {
         sync_dir(parent)?;
     }

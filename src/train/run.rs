@@ -131,7 +131,7 @@ pub async fn train(
     let run_id = format!("train-{}", crate::sandbox::docker_name_part(&out.display().to_string()));
     let config = setup::rollout_config(preset, &opts.config);
     let tasks_dir = preset.resolve_path(&preset.tasks);
-    let (ctx, tasks) = setup::trial_context(preset, &tasks_dir, config, docker, &out.join("rollouts"), &run_id).await?;
+    let (ctx, tasks) = setup::trial_context(&tasks_dir, config, docker, &out.join("rollouts"), &run_id).await?;
     let _ = crate::bench::env::remove_run_settled(docker, &run_id).await;
     let sampler = Sampler::start(policy.merged().ctx("merging the policy")?)?;
     let sampling = PolicySampling {
@@ -178,7 +178,7 @@ pub async fn train(
     };
 
     let steps = preset.grpo.steps as u64;
-    let bar = bar(opts.progress, steps, "steps");
+    let bar = progress_bar(opts.progress, steps, "steps");
     bar.set_position(state.step);
     let mut history = MetricsLog::read(&metrics_path).unwrap_or_default();
     while state.step < steps {
@@ -186,7 +186,7 @@ pub async fn train(
         let t0 = Instant::now();
         let plans = step_plans(preset, runner.tasks.len(), step);
         let dir = out.join("rollouts").join(format!("step-{step:06}"));
-        let rbar = bar_child(opts.progress, plans.len() as u64, &format!("step {step} rollouts"));
+        let rbar = progress_bar(opts.progress, plans.len() as u64, &format!("step {step} rollouts"));
         let rollouts = runner.run(&plans, &dir, &|_| rbar.inc(1)).await;
         rbar.finish_and_clear();
         let rollout_secs = t0.elapsed().as_secs_f64();
@@ -284,7 +284,6 @@ pub fn step_plans(preset: &Preset, n_tasks: usize, step: u64) -> Vec<RolloutPlan
 pub fn build_samples(preset: &Preset, rollouts: &[Rollout]) -> (Vec<Sample>, StepMetrics) {
     let mut m = StepMetrics::default();
     let g = preset.grpo.group_size.max(1);
-    let rewards: Vec<f64> = rollouts.iter().map(|r| r.reward).collect();
     let counted: Vec<&Rollout> = rollouts.iter().filter(|r| r.status != RolloutStatus::Crashed).collect();
     m.rollouts = rollouts.len() as u64;
     m.truncated = rollouts.iter().filter(|r| r.status == RolloutStatus::Truncated).count() as u64;
@@ -297,7 +296,6 @@ pub fn build_samples(preset: &Preset, rollouts: &[Rollout]) -> (Vec<Sample>, Ste
         m.reward_std = (counted.iter().map(|r| (r.reward - m.reward_mean).powi(2)).sum::<f64>() / n).sqrt();
         m.pass_rate = counted.iter().filter(|r| r.resolved).count() as f64 / n;
     }
-    let _ = rewards;
     m.tokens = rollouts.iter().flat_map(|r| &r.recording.segments).map(|s| s.tokens.len() as u64).sum();
     let mut samples = Vec::new();
     for group in rollouts.chunks(g) {
@@ -354,7 +352,7 @@ async fn evaluate(
             seed: mix_seed(&[preset.seed, 0xE7A1, i as u64]),
         })
         .collect();
-    let bar = bar_child(progress, n as u64, name);
+    let bar = progress_bar(progress, n as u64, name);
     let rollouts = runner.run(&plans, &out.join(name), &|_| bar.inc(1)).await;
     bar.finish_and_clear();
     let counted: Vec<&Rollout> = rollouts.iter().filter(|r| r.status != RolloutStatus::Crashed).collect();
@@ -424,7 +422,7 @@ fn export_final(policy: &Qwen3, mode: &TrainMode, base: &Path, out: &Path) -> Re
     std::fs::rename(&tmp, &dest).map_err(|e| TrainError::io("rename", &tmp, e))
 }
 
-fn bar(show: bool, len: u64, what: &str) -> ProgressBar {
+fn progress_bar(show: bool, len: u64, what: &str) -> ProgressBar {
     if !show {
         return ProgressBar::hidden();
     }
@@ -434,8 +432,4 @@ fn bar(show: bool, len: u64, what: &str) -> ProgressBar {
     }
     b.set_prefix(what.to_string());
     b
-}
-
-fn bar_child(show: bool, len: u64, what: &str) -> ProgressBar {
-    bar(show, len, what)
 }

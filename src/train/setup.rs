@@ -50,7 +50,6 @@ pub fn base_model_dir(preset: &Preset, out: &Path) -> Result<PathBuf, TrainError
     }
     if let Some(sft) = &preset.sft {
         let path = preset.resolve_path(&sft.file);
-        let text = std::fs::read_to_string(&path).map_err(|e| TrainError::io("read", &path, e))?;
         // Repeated so that the demonstrations' strings win the merges.
         let mut corpus = String::new();
         for t in read_transcripts(&path)? {
@@ -59,7 +58,6 @@ pub fn base_model_dir(preset: &Preset, out: &Path) -> Result<PathBuf, TrainError
                 corpus.push('\n');
             }
         }
-        drop(text);
         cfg.extra_corpus = corpus.repeat(4);
         cfg.num_merges = 600;
     }
@@ -184,7 +182,6 @@ pub fn rollout_config(preset: &Preset, base: &Config) -> Config {
 
 /// The tasks and the trial context every rollout shares.
 pub async fn trial_context(
-    preset: &Preset,
     tasks_dir: &Path,
     config: Config,
     docker: &Docker,
@@ -202,7 +199,6 @@ pub async fn trial_context(
     if tasks.is_empty() {
         return Err(TrainError::bad_file(tasks_dir, "holds no tasks (folders with task.yaml or task.toml)"));
     }
-    let _ = preset;
     let ctx = TrialContext {
         docker: docker.clone(),
         run_dir: run_dir.to_path_buf(),
