@@ -3,8 +3,8 @@
 demonstrations: 8 TB1 tasks "create /app/F containing the word W" (F in note.txt,
 data.txt; W in apple, river, stone, cloud), each verified by two pytest tests in the
 container (the file exists; it holds the word), and `demos.jsonl`, two right and two
-wrong demonstrations per task (a wrong one writes another word), so that a policy
-fine-tuned on them succeeds on about half of its rollouts.
+wrong demonstrations per task (a wrong one writes the file in /tmp, the other creates it
+empty), so that a policy fine-tuned on them succeeds on about half of its rollouts.
 
 Run from the repository root: python3 scripts/make-toy-tasks.py
 """
@@ -22,8 +22,8 @@ FILES = ["note.txt", "data.txt"]
 WORDS = ["apple", "river", "stone", "cloud"]
 
 
-def reply(file, word):
-    return f"<bash>\ncmd: echo {word} > {file}\n</bash>\n<finish>\nmessage: done\n</finish>"
+def reply(command):
+    return f"<bash>\ncmd: {command}\n</bash>\n<finish>\nmessage: done\n</finish>"
 
 
 def main():
@@ -56,15 +56,19 @@ def main():
                     "def test_content():\n"
                     f"    assert Path('/app/{file}').read_text().strip() == '{word}'\n"
                 )
-            wrong = [WORDS[(wi + 1) % 4], WORDS[(wi + 2) % 4]]
-            for w in [word, word] + wrong:
+            right = f"echo {word} > {file}"
+            # The mistakes are the same for every task (the wrong folder; an empty
+            # file, which passes one test of two), so that what RL has to learn is
+            # one habit, while the word and file are copied from the instruction.
+            wrong = [f"echo {word} > /tmp/{file}", f"touch {file}"]
+            for command in [right, right] + wrong:
                 demos.append({
                     "task": name,
-                    "right": w == word,
+                    "right": command == right,
                     "messages": [
                         {"role": "system", "content": SYSTEM},
                         {"role": "user", "content": instruction},
-                        {"role": "assistant", "content": reply(file, w)},
+                        {"role": "assistant", "content": reply(command)},
                     ],
                 })
     with open(os.path.join(ROOT, "demos.jsonl"), "w") as f:

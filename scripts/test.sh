@@ -4,8 +4,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/env.sh
 AGENT_SETUP_ALL_TARGETS=1 scripts/setup.sh
-cargo fmt --check
-cargo clippy --quiet --all-targets -- -D warnings
+cargo fmt --all --check
+cargo clippy --quiet --workspace --all-targets -- -D warnings
 cargo test --no-fail-fast -- --test-threads="${AGENT_TEST_THREADS:-4}"
 # Whatever a failed test left behind (tests remove their containers; this is a net).
 "$AGENT_BIN" sandbox prune >/dev/null || true

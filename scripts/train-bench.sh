@@ -8,7 +8,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/env.sh
-cargo build --quiet --bin agent
+# All targets, as scripts/setup.sh: a `--bin`-only build resolves features differently and
+# would compile mistral.rs a second time.
+cargo build --quiet --all-targets
 mkdir -p runs
 THREADS=${THREADS:-2}
 for mode in step fwdbwd; do

@@ -7,6 +7,7 @@ use std::process::ExitCode;
 use clap::Parser;
 
 fn main() -> ExitCode {
+    keep_freed_memory();
     let args = cli::Cli::parse();
     let filter = tracing_subscriber::EnvFilter::try_from_env("AGENT_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(if args.verbose { "agent=debug" } else { "warn" }));
@@ -23,6 +24,25 @@ fn main() -> ExitCode {
         Err(e) => {
             eprintln!("agent: {}", one_line(&e));
             ExitCode::from(2)
+        }
+    }
+}
+
+/// Makes glibc keep freed blocks of up to 32 MiB for reuse instead of handing them back
+/// to the kernel. The trainer frees and reallocates tensors of several megabytes in every
+/// op; by default glibc serves those with fresh mappings (its threshold adapts only up to
+/// what it has already seen freed) and each reuse pays a page fault per 4 KiB and the
+/// kernel's zeroing: measured here, 17.0 → 11.2 s per step of the 100M-parameter model,
+/// 0.084 → 0.048 s for the tiny one. 32 MiB is the largest threshold glibc accepts.
+fn keep_freed_memory() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    {
+        // SAFETY: mallopt only sets allocator parameters; it is called here, first
+        // thing in main, before any other thread exists, so it races no allocation.
+        // A refused value (return 0) leaves glibc's default, which is still correct.
+        unsafe {
+            libc::mallopt(libc::M_MMAP_THRESHOLD, 32 << 20);
+            libc::mallopt(libc::M_TRIM_THRESHOLD, 1 << 30);
         }
     }
 }

@@ -16,6 +16,8 @@ pub mod run;
 pub mod setup;
 pub mod sft;
 pub mod speed;
+#[cfg(test)]
+mod toy_sim;
 pub mod update;
 
 pub use error::TrainError;

@@ -250,6 +250,9 @@ pub struct Grpo {
     /// Upper clip of the ratio: 1 + clip_high.
     #[serde(default = "clip_high")]
     pub clip_high: f64,
+    /// Dual clip: a negative-advantage term is capped at clip_dual·|A| (0: off).
+    #[serde(default = "clip_dual")]
+    pub clip_dual: f64,
     /// Weight of the KL penalty to the reference policy (0: none).
     #[serde(default)]
     pub kl_coef: f64,
@@ -420,6 +423,9 @@ fn clip_low() -> f64 {
 }
 fn clip_high() -> f64 {
     0.28
+}
+fn clip_dual() -> f64 {
+    3.0
 }
 fn beta1() -> f64 {
     0.9
@@ -723,6 +729,9 @@ impl Preset {
         }
         in_range("grpo.clip_low", g.clip_low, f64::MIN_POSITIVE, 0.999_999, "in (0, 1)")?;
         above_zero("grpo.clip_high", g.clip_high)?;
+        if g.clip_dual != 0.0 && g.clip_dual <= 1.0 {
+            return Err(bad("grpo.clip_dual", format!("must be 0 (off) or above 1, it is {}", g.clip_dual)));
+        }
         in_range("grpo.kl_coef", g.kl_coef, 0.0, f64::MAX, "0 or more")?;
         positive("grpo.ppo_epochs", g.ppo_epochs)?;
         positive("grpo.minibatches", g.minibatches)?;
@@ -856,7 +865,7 @@ mod tests {
         assert_eq!(p.model.path, TINY_TOY);
         let lora = p.mode.lora.as_ref().unwrap();
         assert_eq!((lora.rank, lora.alpha, lora.targets.len()), (16, 32.0, 7));
-        assert_eq!((p.grpo.steps, p.grpo.tasks_per_step, p.grpo.group_size), (30, 4, 8));
+        assert_eq!((p.grpo.steps, p.grpo.tasks_per_step, p.grpo.group_size), (10, 4, 8));
         assert_eq!(p.checkpoint, CheckpointSection { every: 5, keep: 2 });
         assert_eq!(p.reward.effective_weights(), (1.0, 0.0));
         assert!(p.system_prompt.as_deref().unwrap().contains("<finish>"));

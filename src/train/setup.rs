@@ -154,6 +154,7 @@ pub fn update_settings(preset: &Preset, pad: u32) -> UpdateSettings {
         ppo: super::grpo::PpoSettings {
             clip_low: preset.grpo.clip_low,
             clip_high: preset.grpo.clip_high,
+            clip_dual: preset.grpo.clip_dual,
             kl_coef: preset.grpo.kl_coef,
         },
         epochs: preset.grpo.ppo_epochs,

@@ -59,6 +59,8 @@ pub enum BenchMode {
     Step,
     /// Forward and backward only.
     Fwdbwd,
+    /// The forward pass and the log-probabilities only (what scoring rollouts costs).
+    Forward,
 }
 
 /// Results of a throughput run.
@@ -137,7 +139,7 @@ pub fn run_speed(
         .collect();
     let refs: Vec<&Sample> = samples.iter().collect();
     let settings = UpdateSettings {
-        ppo: super::grpo::PpoSettings { clip_low: 0.2, clip_high: 0.28, kl_coef: 0.0 },
+        ppo: super::grpo::PpoSettings { clip_low: 0.2, clip_high: 0.28, clip_dual: 3.0, kl_coef: 0.0 },
         epochs: 1,
         minibatches: 1,
         micro_batch: batch,
@@ -153,6 +155,17 @@ pub fn run_speed(
         match mode {
             BenchMode::Step => {
                 sft_step(&model, &mut opt, &refs, &settings, &SingleRank, k as u64)?;
+            }
+            BenchMode::Forward => {
+                let seqs: Vec<&Sample> = samples.iter().collect();
+                super::update::sample_logprobs(
+                    &model,
+                    &seqs,
+                    super::model::ForwardMode::default(),
+                    batch,
+                    0,
+                    settings.chunk,
+                )?;
             }
             BenchMode::Fwdbwd => {
                 let seqs: Vec<(&[u32], &[u8])> =

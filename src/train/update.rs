@@ -383,7 +383,7 @@ mod tests {
 
     fn settings() -> UpdateSettings {
         UpdateSettings {
-            ppo: PpoSettings { clip_low: 0.2, clip_high: 0.28, kl_coef: 0.05 },
+            ppo: PpoSettings { clip_low: 0.2, clip_high: 0.28, clip_dual: 3.0, kl_coef: 0.05 },
             epochs: 2,
             minibatches: 1,
             micro_batch: 1,

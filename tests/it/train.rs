@@ -40,11 +40,10 @@ fn uninterrupted_run() -> &'static PathBuf {
     })
 }
 
-/// The full demonstration (acceptance 1 of the trainer's issue). It does not pass yet:
-/// the warm start reaches 25–40% but GRPO has not raised it by 25 points within 30 steps
-/// (see the README); it also takes over 15 minutes here. `scripts/train-demo.sh` runs it.
+/// The full demonstration (acceptance 1 of the trainer's issue): the shipped preset, its
+/// warm start, GRPO with rewards from the toy tasks' pytest runs in real containers, and
+/// fresh evaluation rollouts before and after.
 #[tokio::test(flavor = "multi_thread")]
-#[ignore = "GRPO on cpu-tiny does not yet gain 25 points; run with --ignored or scripts/train-demo.sh"]
 async fn cpu_tiny_preset_learns_with_real_containers() {
     support::docker().await;
     let dir = tempfile::tempdir().unwrap();

@@ -11,6 +11,10 @@ pub struct PpoSettings {
     pub clip_low: f64,
     /// The ratio may rise to 1 + clip_high ("clip-higher" keeps exploration alive).
     pub clip_high: f64,
+    /// Dual clip (Ye et al. 2020): with a negative advantage the term is capped at
+    /// `clip_dual·|A|`, so a token whose ratio has run far up cannot dominate the
+    /// batch; 0 turns it off. Must exceed 1 to mean anything.
+    pub clip_dual: f64,
     /// Weight of the k3 KL term; 0 disables it.
     pub kl_coef: f64,
 }
@@ -54,6 +58,11 @@ pub fn ppo_loss(inputs: &LossInputs<'_>, settings: &PpoSettings, norm: f64) -> R
     let clipped_ratio = ratio.clamp(1.0 - settings.clip_low, 1.0 + settings.clip_high)?;
     let clipped = (&neg_adv * &clipped_ratio)?;
     let mut pg = unclipped.maximum(&clipped)?;
+    if settings.clip_dual > 0.0 {
+        let cap = (&neg_adv * settings.clip_dual)?;
+        let negative = inputs.advantages.lt(0.0)?;
+        pg = negative.where_cond(&pg.minimum(&cap)?, &pg)?;
+    }
     if let Some(w) = inputs.weights {
         pg = (pg * w)?;
     }
@@ -98,7 +107,7 @@ mod tests {
         let logp = Var::new(&[-1.0f32, -0.5, -2.0, -0.1], &Device::Cpu).unwrap();
         let old = t(&[-1.3, -0.5, -1.5, -0.4]);
         let adv = t(&[1.0, -1.0, -2.0, -0.5]);
-        let s = PpoSettings { clip_low: 0.2, clip_high: 0.28, kl_coef: 0.0 };
+        let s = PpoSettings { clip_low: 0.2, clip_high: 0.28, clip_dual: 0.0, kl_coef: 0.0 };
         let inputs =
             LossInputs { logp: logp.as_tensor(), old_logp: &old, advantages: &adv, ref_logp: None, weights: None };
         let (loss, sums) = ppo_loss(&inputs, &s, 8.0).unwrap();
@@ -121,10 +130,32 @@ mod tests {
     }
 
     #[test]
+    fn dual_clip_caps_negative_advantage_terms() {
+        let logp = Var::new(&[0.0f32, 0.0, 0.0], &Device::Cpu).unwrap();
+        // Ratios e^2, e^0.1, e^2; advantages −1, −1, +1.
+        let old = t(&[-2.0, -0.1, -2.0]);
+        let adv = t(&[-1.0, -1.0, 1.0]);
+        let s = PpoSettings { clip_low: 0.2, clip_high: 0.28, clip_dual: 3.0, kl_coef: 0.0 };
+        let inputs =
+            LossInputs { logp: logp.as_tensor(), old_logp: &old, advantages: &adv, ref_logp: None, weights: None };
+        let (loss, _) = ppo_loss(&inputs, &s, 3.0).unwrap();
+        // token 0: unclipped e^2 = 7.389 is capped at 3; token 1: e^0.1 stays; token 2: A > 0, −1.28.
+        let want = (3.0 + 0.1f64.exp() - 1.28) / 3.0;
+        let got = f64::from(loss.to_scalar::<f32>().unwrap());
+        assert!((got - want).abs() < 1e-5, "{got} vs {want}");
+        let g = loss.backward().unwrap();
+        let g = g.get(logp.as_tensor()).unwrap().to_vec1::<f32>().unwrap();
+        // The capped token has no gradient; the middle one keeps −A·ρ/3.
+        assert_eq!(g[0], 0.0);
+        assert!((f64::from(g[1]) - 0.1f64.exp() / 3.0).abs() < 1e-6);
+        assert_eq!(g[2], 0.0);
+    }
+
+    #[test]
     fn kl_is_zero_when_policy_equals_reference_and_matches_k3_otherwise() {
         let logp = t(&[-1.0, -0.3, -2.5]);
         let adv = t(&[0.0, 0.0, 0.0]);
-        let s = PpoSettings { clip_low: 0.2, clip_high: 0.28, kl_coef: 0.1 };
+        let s = PpoSettings { clip_low: 0.2, clip_high: 0.28, clip_dual: 0.0, kl_coef: 0.1 };
         let inputs =
             LossInputs { logp: &logp, old_logp: &logp, advantages: &adv, ref_logp: Some(&logp), weights: None };
         let (loss, sums) = ppo_loss(&inputs, &s, 3.0).unwrap();

@@ -76,6 +76,14 @@ pub fn token_logprobs(model: &Qwen3, hidden: &Tensor, batch: &TokenBatch, chunk:
         let len = chunk.min(n - start);
         let rows = flat.index_select(&batch.rows.narrow(0, start, len)?, 0)?;
         let logits = if frozen { super::frozen::frozen_matmul(&rows, head)? } else { rows.matmul(&head.t()?)? };
+        if super::fused::applies(&logits) {
+            let targets = batch.targets.narrow(0, start, len)?.to_vec1::<u32>()?;
+            let out = super::fused::target_logprobs(&logits, targets)?;
+            logps.push(out.narrow(1, 0, 1)?.squeeze(1)?);
+            entropy.extend(out.narrow(1, 1, 1)?.squeeze(1)?.detach().to_vec1::<f32>()?);
+            start += len;
+            continue;
+        }
         // Half precision is widened for the softmax; f32 and f64 stay as they are.
         let logits =
             if matches!(logits.dtype(), DType::BF16 | DType::F16) { logits.to_dtype(DType::F32)? } else { logits };

@@ -127,9 +127,10 @@ impl Linear {
             xin = dropout(&xin, lora.dropout, mode.dropout_seed ^ self.site.wrapping_mul(0x9E37_79B9_7F4A_7C15))?;
         }
         let a = lora.a.as_tensor().to_dtype(dtype)?;
-        let b = lora.b.as_tensor().to_dtype(dtype)?;
+        // The scale goes on B (out×r), not on the N×out product: the same value, a far smaller multiply.
+        let b = (lora.b.as_tensor().to_dtype(dtype)? * lora.scale)?;
         let update = xin.matmul(&a.t()?)?.matmul(&b.t()?)?;
-        y + (update * lora.scale)?
+        y + update
     }
 
     /// The weight with the adapter folded in, frozen: for fast sampling and for export.

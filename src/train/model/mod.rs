@@ -1,7 +1,8 @@
 //! The trainable Qwen3: configuration, weights, LoRA, chunked log-probs, adapter files.
 
 pub mod config;
-pub mod frozen;
+/// The CPU kernels live in their own crate, compiled with optimisations even in dev builds.
+pub use agent_train_kernels::{frozen, fused};
 pub mod logprobs;
 pub mod lora;
 pub mod peft;
@@ -12,5 +13,7 @@ pub use logprobs::{token_logprobs, TokenBatch, DEFAULT_CHUNK};
 pub use lora::{ForwardMode, Linear, Lora, LoraSettings, Param, LORA_TARGETS};
 pub use qwen3::{KvCache, Qwen3, TrainMode};
 
+#[cfg(test)]
+mod kernel_tests;
 #[cfg(test)]
 pub(crate) mod tests;

@@ -363,13 +363,17 @@ impl Qwen3 {
         let q = attn.q_proj.forward(&rows, mode)?.reshape((b, t, nh, hd))?;
         let k = attn.k_proj.forward(&rows, mode)?.reshape((b, t, nkv, hd))?;
         let v = attn.v_proj.forward(&rows, mode)?.reshape((b, t, nkv, hd))?;
-        let q = rms_norm(&q, attn.q_norm.tensor(), self.cfg.rms_norm_eps)?.transpose(1, 2)?.contiguous()?;
-        let k = rms_norm(&k, attn.k_norm.tensor(), self.cfg.rms_norm_eps)?.transpose(1, 2)?.contiguous()?;
+        let q = rms_norm(&q, attn.q_norm.tensor(), self.cfg.rms_norm_eps)?;
+        let k = rms_norm(&k, attn.k_norm.tensor(), self.cfg.rms_norm_eps)?;
         let v = v.transpose(1, 2)?.contiguous()?;
         let cos = self.cos.narrow(0, offset, t)?;
         let sin = self.sin.narrow(0, offset, t)?;
-        let q = rope(&q, &cos, &sin)?;
-        let mut k = rope(&k, &cos, &sin)?;
+        let (q, mut k) = if super::fused::applies(&q) {
+            (super::fused::rope_heads(&q, &cos, &sin)?, super::fused::rope_heads(&k, &cos, &sin)?)
+        } else {
+            let q = rope(&q.transpose(1, 2)?.contiguous()?, &cos, &sin)?;
+            (q, rope(&k.transpose(1, 2)?.contiguous()?, &cos, &sin)?)
+        };
         let mut v = v;
         if let Some(slot) = cache {
             if let Some((pk, pv)) = slot.as_ref() {
@@ -379,14 +383,26 @@ impl Qwen3 {
             *slot = Some((k.clone(), v.clone()));
         }
         let total = k.dim(2)?;
-        let k = repeat_kv(&k, nh / nkv)?;
-        let v = repeat_kv(&v, nh / nkv)?;
+        // Grouped-query attention without copying keys and values per head: the query
+        // heads that share a key/value head (adjacent in Qwen3's layout) are stacked
+        // into one block of rows, so each group is one product against its keys.
+        let group = nh / nkv;
+        let q = q.reshape((b, nkv, group * t, hd))?;
         let scale = 1.0 / (hd as f64).sqrt();
-        let scores = (q.matmul(&k.t()?)? * scale)?;
-        let scores =
-            if t > 1 { scores.broadcast_add(&causal_mask(t, total, self.dtype, &self.device)?)? } else { scores };
-        let probs = softmax_last(&scores)?;
-        let out = probs.matmul(&v)?.transpose(1, 2)?.reshape((b * t, nh * hd))?;
+        let scores = q.matmul(&k.t()?)?;
+        let probs = if super::fused::applies(&scores) {
+            super::fused::causal_softmax(&scores, scale, t)?
+        } else {
+            let scores = (scores * scale)?;
+            let scores = if t > 1 {
+                let mask = causal_mask(t, total, self.dtype, &self.device)?;
+                scores.broadcast_add(&Tensor::cat(&vec![&mask; group], 0)?)?
+            } else {
+                scores
+            };
+            softmax_last(&scores)?
+        };
+        let out = probs.matmul(&v)?.reshape((b, nh, t, hd))?.transpose(1, 2)?.reshape((b * t, nh * hd))?;
         attn.o_proj.forward(&out, mode)?.reshape((b, t, hid))
     }
 }
@@ -444,6 +460,9 @@ fn rope(x: &Tensor, cos: &Tensor, sin: &Tensor) -> CResult<Tensor> {
 
 /// RMSNorm over the last dimension, in f32 for half-precision inputs.
 pub fn rms_norm(x: &Tensor, weight: &Tensor, eps: f64) -> CResult<Tensor> {
+    if super::fused::applies(x) && super::fused::applies(weight) {
+        return super::fused::rms_norm(x, weight, eps);
+    }
     let dtype = x.dtype();
     let xf = if matches!(dtype, DType::BF16 | DType::F16) { x.to_dtype(DType::F32)? } else { x.clone() };
     let ms = xf.sqr()?.mean_keepdim(D::Minus1)?;
@@ -457,15 +476,6 @@ fn softmax_last(x: &Tensor) -> CResult<Tensor> {
     let e = x.broadcast_sub(&m)?.exp()?;
     let s = e.sum_keepdim(D::Minus1)?;
     e.broadcast_div(&s)
-}
-
-/// Repeats each key/value head `n` times (grouped-query attention).
-fn repeat_kv(x: &Tensor, n: usize) -> CResult<Tensor> {
-    if n == 1 {
-        return Ok(x.clone());
-    }
-    let (b, kv, t, d) = x.dims4()?;
-    x.unsqueeze(2)?.broadcast_as((b, kv, n, t, d))?.reshape((b, kv * n, t, d))
 }
 
 /// Additive mask (T×total): query i (at position total−T+i) sees keys up to its own position.
