@@ -1,6 +1,7 @@
-//! A trainable Qwen3 built from basic candle ops only, so that every path has a
-//! backward (candle-transformers' model uses fused RMSNorm, RoPE and softmax kernels
-//! that cut gradients).
+//! A trainable Qwen3 in which every path has a backward: candle's basic ops, and on the
+//! CPU in f32 the fused kernels of `agent-train-kernels`, which bring their own
+//! (candle-transformers' model uses fused RMSNorm, RoPE and softmax kernels that cut
+//! gradients).
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -248,6 +249,58 @@ impl Qwen3 {
         last.matmul(&self.head_weight().t()?)?.to_dtype(DType::F32)?.reshape(self.cfg.vocab_size)
     }
 
+    /// One decoding step for several sequences at once: row i feeds `ids[i]` after what
+    /// `caches[i]` holds and gets the logits (f32, vocab-long) of that position. The
+    /// projections, the MLP and the head run on all rows together, padded to `rows`;
+    /// attention runs per sequence on its own cache. Every op is row-independent at a
+    /// fixed row count, so a sequence's logits do not depend on which others share its
+    /// batch (the sampler's tokens then do not depend on scheduling).
+    pub fn decode_batch(&self, ids: &[u32], caches: &mut [&mut KvCache], rows: usize) -> CResult<Vec<Tensor>> {
+        let n = ids.len();
+        if n == 0 || n > rows || caches.len() != n {
+            return Err(candle_core::Error::Msg(format!(
+                "decode_batch: {n} tokens for {} caches in {rows} rows",
+                caches.len()
+            )));
+        }
+        let offsets: Vec<usize> = caches.iter().map(|c| c.len()).collect();
+        for cache in caches.iter_mut() {
+            if cache.layers.len() != self.layers.len() {
+                cache.layers = vec![None; self.layers.len()];
+            }
+        }
+        let mut padded = ids.to_vec();
+        padded.resize(rows, 0);
+        let hid = self.cfg.hidden_size;
+        let mode = ForwardMode::default();
+        let mut x = self.embed(&Tensor::new(padded.as_slice(), &self.device)?.unsqueeze(1)?)?.reshape((rows, hid))?;
+        let width = self.cfg.num_attention_heads * self.cfg.head_dim();
+        let pad = Tensor::zeros((rows - n, width), self.dtype, &self.device)?;
+        for (l, layer) in self.layers.iter().enumerate() {
+            let h = rms_norm(&x, layer.input_norm.tensor(), self.cfg.rms_norm_eps)?;
+            let attn = &layer.attn;
+            let (q, k, v) =
+                (attn.q_proj.forward(&h, mode)?, attn.k_proj.forward(&h, mode)?, attn.v_proj.forward(&h, mode)?);
+            let mut outs = Vec::with_capacity(rows);
+            for (i, cache) in caches.iter_mut().enumerate() {
+                let row = |t: &Tensor| t.narrow(0, i, 1);
+                let qkv = (&row(&q)?, &row(&k)?, &row(&v)?);
+                outs.push(self.attend(attn, qkv, (1, 1), offsets[i], Some(&mut cache.layers[l]))?);
+            }
+            if rows > n {
+                outs.push(pad.clone());
+            }
+            let a = attn.o_proj.forward(&Tensor::cat(&outs, 0)?, mode)?;
+            x = (x + a)?;
+            let h = rms_norm(&x, layer.post_norm.tensor(), self.cfg.rms_norm_eps)?;
+            let gate = layer.mlp.gate_proj.forward(&h, mode)?.silu()?;
+            let up = layer.mlp.up_proj.forward(&h, mode)?;
+            x = (&x + layer.mlp.down_proj.forward(&(gate * up)?, mode)?)?;
+        }
+        let logits = self.final_norm(&x)?.matmul(&self.head_weight().t()?)?.to_dtype(DType::F32)?;
+        (0..n).map(|i| logits.get(i)).collect()
+    }
+
     /// A frozen copy with every adapter merged into its base weight: the policy as a sampler sees it.
     pub fn merged(&self) -> CResult<Qwen3> {
         let frozen = |p: &Param| Param::Frozen(p.tensor().detach());
@@ -358,11 +411,28 @@ impl Qwen3 {
         cache: Option<&mut Option<(Tensor, Tensor)>>,
     ) -> CResult<Tensor> {
         let (b, t, hid) = h.dims3()?;
-        let (nh, nkv, hd) = (self.cfg.num_attention_heads, self.cfg.num_key_value_heads, self.cfg.head_dim());
         let rows = h.reshape((b * t, hid))?;
-        let q = attn.q_proj.forward(&rows, mode)?.reshape((b, t, nh, hd))?;
-        let k = attn.k_proj.forward(&rows, mode)?.reshape((b, t, nkv, hd))?;
-        let v = attn.v_proj.forward(&rows, mode)?.reshape((b, t, nkv, hd))?;
+        let q = attn.q_proj.forward(&rows, mode)?;
+        let k = attn.k_proj.forward(&rows, mode)?;
+        let v = attn.v_proj.forward(&rows, mode)?;
+        let out = self.attend(attn, (&q, &k, &v), (b, t), offset, cache)?;
+        attn.o_proj.forward(&out, mode)?.reshape((b, t, hid))
+    }
+
+    /// Attention from projected rows (B·T × heads·D each) to the rows the output
+    /// projection takes, with `cache` receiving the new keys and values.
+    fn attend(
+        &self,
+        attn: &Attention,
+        (q, k, v): (&Tensor, &Tensor, &Tensor),
+        (b, t): (usize, usize),
+        offset: usize,
+        cache: Option<&mut Option<(Tensor, Tensor)>>,
+    ) -> CResult<Tensor> {
+        let (nh, nkv, hd) = (self.cfg.num_attention_heads, self.cfg.num_key_value_heads, self.cfg.head_dim());
+        let q = q.reshape((b, t, nh, hd))?;
+        let k = k.reshape((b, t, nkv, hd))?;
+        let v = v.reshape((b, t, nkv, hd))?;
         let q = rms_norm(&q, attn.q_norm.tensor(), self.cfg.rms_norm_eps)?;
         let k = rms_norm(&k, attn.k_norm.tensor(), self.cfg.rms_norm_eps)?;
         let v = v.transpose(1, 2)?.contiguous()?;
@@ -402,8 +472,7 @@ impl Qwen3 {
             };
             softmax_last(&scores)?
         };
-        let out = probs.matmul(&v)?.reshape((b, nh, t, hd))?.transpose(1, 2)?.reshape((b * t, nh * hd))?;
-        attn.o_proj.forward(&out, mode)?.reshape((b, t, hid))
+        probs.matmul(&v)?.reshape((b, nh, t, hd))?.transpose(1, 2)?.reshape((b * t, nh * hd))
     }
 }
 

@@ -1,7 +1,8 @@
 //! In-process sampling from the candle policy: a worker thread that owns a merged,
 //! frozen snapshot of the policy, keeps a KV cache per rollout (a new prompt that
-//! extends the previous one only computes its new tokens), and samples with a
-//! per-request seed so that a rollout's tokens do not depend on scheduling.
+//! extends the previous one only computes its new tokens), decodes the running rollouts
+//! together in fixed-size batches, and samples with a per-request seed, so that a
+//! rollout's tokens do not depend on scheduling or on its batch.
 
 use std::collections::HashMap;
 use std::sync::mpsc::{channel, Receiver, Sender};
@@ -94,70 +95,187 @@ struct Session {
     policy: usize,
 }
 
+/// Rows of every batched decoding step: a fixed count (idle rows are padding) keeps each
+/// row's arithmetic the same whatever shares the batch.
+pub const DECODE_ROWS: usize = 8;
+
+/// A request being generated: its session is taken out of the map while it runs.
+struct Active {
+    req: Box<GenerateRequest>,
+    model: Arc<Qwen3>,
+    session: Session,
+    rng: rand::rngs::StdRng,
+    out: Generated,
+    /// Logits of the next position, to sample from.
+    logits: Tensor,
+    /// A stop token was sampled: it is fed to the cache, then the request ends.
+    ending: bool,
+}
+
+/// Serves requests in rounds: new requests are prefilled one by one (prompts differ in
+/// length), then every running request samples a token and all of them are fed in
+/// batched decoding steps. A request's tokens depend only on its prompt, its seed and
+/// the policy (see `Qwen3::decode_batch`), never on what runs beside it.
 fn worker(rx: Receiver<Msg>, policy: Arc<RwLock<Arc<Qwen3>>>) {
     let mut sessions: HashMap<u64, Session> = HashMap::new();
-    while let Ok(msg) = rx.recv() {
-        match msg {
-            Msg::Close(id) => {
-                sessions.remove(&id);
+    let mut active: Vec<Active> = Vec::new();
+    // Requests for a session that is already generating wait for it (one rollout asks
+    // one thing at a time, so this is a guard, not a path).
+    let mut waiting: Vec<Box<GenerateRequest>> = Vec::new();
+    let mut closed: Vec<u64> = Vec::new();
+    loop {
+        let mut inbox = Vec::new();
+        if active.is_empty() && waiting.is_empty() {
+            match rx.recv() {
+                Ok(m) => inbox.push(m),
+                Err(_) => return,
             }
-            Msg::Generate(req) => {
-                let model = match policy.read() {
-                    Ok(p) => p.clone(),
-                    Err(_) => return,
-                };
-                let key = Arc::as_ptr(&model) as usize;
-                let session = sessions.entry(req.session).or_insert_with(|| Session {
-                    tokens: Vec::new(),
-                    cache: KvCache::default(),
-                    policy: key,
-                });
-                if session.policy != key {
-                    *session = Session { tokens: Vec::new(), cache: KvCache::default(), policy: key };
+        }
+        inbox.extend(rx.try_iter());
+        for msg in inbox {
+            match msg {
+                Msg::Close(id) => {
+                    sessions.remove(&id);
+                    if active.iter().any(|a| a.req.session == id) {
+                        closed.push(id);
+                    }
                 }
-                let result = generate(&model, session, &req)
-                    .map_err(|e| TrainError::Tensor { context: "sampling from the policy".into(), source: e });
-                let _ = req.reply.send(result);
+                Msg::Generate(req) => waiting.push(req),
+            }
+        }
+        let mut still_waiting = Vec::new();
+        for req in waiting.drain(..) {
+            if active.iter().any(|a| a.req.session == req.session) {
+                still_waiting.push(req);
+                continue;
+            }
+            let model = match policy.read() {
+                Ok(p) => p.clone(),
+                Err(_) => return,
+            };
+            if let Some(a) = start(req, model, &mut sessions) {
+                active.push(a);
+            }
+        }
+        waiting = still_waiting;
+        step(&mut active, &mut sessions, &mut closed);
+    }
+}
+
+/// Prefills a request's new prompt tokens; answers at once when that fails.
+fn start(req: Box<GenerateRequest>, model: Arc<Qwen3>, sessions: &mut HashMap<u64, Session>) -> Option<Active> {
+    let key = Arc::as_ptr(&model) as usize;
+    let mut session = sessions.remove(&req.session).filter(|s| s.policy == key).unwrap_or(Session {
+        tokens: Vec::new(),
+        cache: KvCache::default(),
+        policy: key,
+    });
+    let common = session.tokens.iter().zip(&req.prompt).take_while(|(a, b)| a == b).count();
+    // At least one prompt token must be fed to get logits.
+    let keep = common.min(req.prompt.len().saturating_sub(1));
+    let prefill =
+        session.cache.truncate(keep).and_then(|()| model.forward_cached(&req.prompt[keep..], &mut session.cache));
+    match prefill {
+        Ok(logits) => {
+            session.tokens.truncate(keep);
+            session.tokens.extend_from_slice(&req.prompt[keep..]);
+            let out = Generated {
+                ids: Vec::new(),
+                logp: Vec::new(),
+                stopped: false,
+                computed_prompt_tokens: req.prompt.len() - keep,
+            };
+            let rng = rand::rngs::StdRng::seed_from_u64(req.seed);
+            Some(Active { req, model, session, rng, out, logits, ending: false })
+        }
+        Err(e) => {
+            let _ = req.reply.send(Err(sampling_error(e)));
+            None
+        }
+    }
+}
+
+fn sampling_error(e: candle_core::Error) -> TrainError {
+    TrainError::Tensor { context: "sampling from the policy".into(), source: e }
+}
+
+/// One round: every running request either ends or samples a token, and the sampled
+/// tokens are fed in batches of `DECODE_ROWS` per policy snapshot.
+fn step(active: &mut Vec<Active>, sessions: &mut HashMap<u64, Session>, closed: &mut Vec<u64>) {
+    let mut feed: Vec<Active> = Vec::new();
+    for mut a in active.drain(..) {
+        let limit = a.model.cfg.max_position_embeddings;
+        let cancelled = a.req.cancel.load(std::sync::atomic::Ordering::Relaxed);
+        if a.ending || a.out.ids.len() >= a.req.max_new_tokens || cancelled || a.session.tokens.len() >= limit {
+            finish(a, Ok(()), sessions, closed);
+            continue;
+        }
+        match sample(&a.logits, a.req.temperature, a.req.top_p, &mut a.rng) {
+            Ok((token, logp)) => {
+                a.out.ids.push(token);
+                a.out.logp.push(logp);
+                // A stop token is still fed: the next prompt starts with it.
+                if a.req.stop.contains(&token) {
+                    a.out.stopped = true;
+                    a.ending = true;
+                }
+                feed.push(a);
+            }
+            Err(e) => finish(a, Err(e), sessions, closed),
+        }
+    }
+    // Batches of requests on the same policy snapshot, in arrival order.
+    while !feed.is_empty() {
+        let key = Arc::as_ptr(&feed[0].model);
+        let (mut batch, mut rest) = (Vec::new(), Vec::new());
+        for a in feed {
+            if batch.len() < DECODE_ROWS && Arc::as_ptr(&a.model) == key {
+                batch.push(a);
+            } else {
+                rest.push(a);
+            }
+        }
+        feed = rest;
+        let ids: Vec<u32> = batch.iter().map(|a| a.out.ids[a.out.ids.len() - 1]).collect();
+        let model = batch[0].model.clone();
+        let mut caches: Vec<&mut KvCache> = batch.iter_mut().map(|a| &mut a.session.cache).collect();
+        match model.decode_batch(&ids, &mut caches, DECODE_ROWS) {
+            Ok(logits) => {
+                for ((mut a, l), id) in batch.into_iter().zip(logits).zip(ids) {
+                    a.session.tokens.push(id);
+                    a.logits = l;
+                    active.push(a);
+                }
+            }
+            Err(e) => {
+                let msg = e.to_string();
+                for a in batch {
+                    finish(a, Err(candle_core::Error::Msg(msg.clone())), sessions, closed);
+                }
             }
         }
     }
 }
 
-fn generate(model: &Qwen3, session: &mut Session, req: &GenerateRequest) -> candle_core::Result<Generated> {
-    let common = session.tokens.iter().zip(&req.prompt).take_while(|(a, b)| a == b).count();
-    // At least one prompt token must be fed to get logits.
-    let keep = common.min(req.prompt.len().saturating_sub(1));
-    session.cache.truncate(keep)?;
-    session.tokens.truncate(keep);
-    let mut rng = rand::rngs::StdRng::seed_from_u64(req.seed);
-    let mut logits = model.forward_cached(&req.prompt[keep..], &mut session.cache)?;
-    session.tokens.extend_from_slice(&req.prompt[keep..]);
-    let mut out = Generated {
-        ids: Vec::new(),
-        logp: Vec::new(),
-        stopped: false,
-        computed_prompt_tokens: req.prompt.len() - keep,
+/// Answers a request and puts its session back (unless it was closed meanwhile or failed).
+fn finish(a: Active, result: candle_core::Result<()>, sessions: &mut HashMap<u64, Session>, closed: &mut Vec<u64>) {
+    let Active { req, session, out, .. } = a;
+    let id = req.session;
+    let reply = match result {
+        Ok(()) => {
+            if let Some(i) = closed.iter().position(|&c| c == id) {
+                closed.swap_remove(i);
+            } else {
+                sessions.insert(id, session);
+            }
+            Ok(out)
+        }
+        Err(e) => {
+            closed.retain(|&c| c != id);
+            Err(sampling_error(e))
+        }
     };
-    let limit = model.cfg.max_position_embeddings;
-    for _ in 0..req.max_new_tokens {
-        if req.cancel.load(std::sync::atomic::Ordering::Relaxed) || session.tokens.len() >= limit {
-            break;
-        }
-        let (token, logp) = sample(&logits, req.temperature, req.top_p, &mut rng)?;
-        out.ids.push(token);
-        out.logp.push(logp);
-        if req.stop.contains(&token) {
-            out.stopped = true;
-            // Keep the stop token in the cache: the next prompt starts with it.
-            logits = model.forward_cached(&[token], &mut session.cache)?;
-            session.tokens.push(token);
-            let _ = logits;
-            break;
-        }
-        logits = model.forward_cached(&[token], &mut session.cache)?;
-        session.tokens.push(token);
-    }
-    Ok(out)
+    let _ = req.reply.send(reply);
 }
 
 /// Draws a token from `logits` (f32, vocabulary-long) at `temperature` with nucleus
@@ -210,6 +328,65 @@ pub fn sample(logits: &Tensor, temperature: f64, top_p: f64, rng: &mut impl Rng)
 mod tests {
     use super::*;
     use candle_core::Device;
+
+    fn request(
+        session: u64,
+        prompt: Vec<u32>,
+        seed: u64,
+    ) -> (GenerateRequest, oneshot::Receiver<Result<Generated, TrainError>>) {
+        let (reply, rx) = oneshot::channel();
+        let req = GenerateRequest {
+            session,
+            prompt,
+            max_new_tokens: 12,
+            temperature: 1.0,
+            top_p: 1.0,
+            seed,
+            stop: vec![1],
+            cancel: Default::default(),
+            reply,
+        };
+        (req, rx)
+    }
+
+    #[test]
+    fn a_rollout_samples_the_same_tokens_alone_or_batched_with_others() {
+        use crate::train::model::tests::write_random_qwen3;
+        use crate::train::model::TrainMode;
+        let dir = tempfile::tempdir().unwrap();
+        write_random_qwen3(dir.path(), 13, true, 2);
+        let load = || Qwen3::load(dir.path(), &TrainMode::Full, DType::F32, &Device::Cpu, 1).unwrap().merged().unwrap();
+        // Alone.
+        let sampler = Sampler::start(load()).unwrap();
+        let (req, rx) = request(7, vec![3, 5, 7, 2], 42);
+        sampler.submit(req).unwrap();
+        let alone = rx.blocking_recv().unwrap().unwrap();
+        assert!(!alone.ids.is_empty());
+        // With ten others (more than one batch of rows), submitted before and after it.
+        let sampler = Sampler::start(load()).unwrap();
+        let mut others = Vec::new();
+        for s in 0..10u64 {
+            let (req, rx) = request(100 + s, vec![4, 6, (s % 13) as u32], s);
+            sampler.submit(req).unwrap();
+            others.push(rx);
+            if s == 4 {
+                let (req, rx) = request(7, vec![3, 5, 7, 2], 42);
+                sampler.submit(req).unwrap();
+                others.push(rx);
+            }
+        }
+        let results: Vec<Generated> = others.into_iter().map(|rx| rx.blocking_recv().unwrap().unwrap()).collect();
+        assert_eq!(results[5], alone);
+        // A follow-up turn of the same session reuses its cache: every sampled token
+        // was fed, so only the new one is computed.
+        let mut prompt = vec![3, 5, 7, 2];
+        prompt.extend(&alone.ids);
+        prompt.push(9);
+        let (req, rx) = request(7, prompt, 43);
+        sampler.submit(req).unwrap();
+        let next = rx.blocking_recv().unwrap().unwrap();
+        assert_eq!(next.computed_prompt_tokens, 1);
+    }
 
     #[test]
     fn sampling_follows_the_distribution_and_greedy_takes_the_max() {
