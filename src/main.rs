@@ -33,7 +33,7 @@ fn main() -> ExitCode {
 /// op; by default glibc serves those with fresh mappings (its threshold adapts only up to
 /// what it has already seen freed) and each reuse pays a page fault per 4 KiB and the
 /// kernel's zeroing: measured here, 17.0 → 11.2 s per step of the 100M-parameter model,
-/// 0.084 → 0.048 s for the tiny one. 32 MiB is the largest threshold glibc accepts.
+/// 0.084 → 0.040 s for the tiny one. 32 MiB is the largest threshold glibc accepts.
 fn keep_freed_memory() {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     {

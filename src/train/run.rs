@@ -17,7 +17,7 @@ use super::error::{TensorContext, TrainError};
 use super::grpo::{group_advantages, is_degenerate};
 use super::metrics::{MetricsLog, StepMetrics};
 use super::model::{peft, LoraSettings, Qwen3, TrainMode};
-use super::optim::{AdamW, AdamWSettings};
+use super::optim::AdamW;
 use super::parallel::SingleRank;
 use super::plot::write_reward_svg;
 use super::preset::{Preset, TruncPolicy};
@@ -101,14 +101,7 @@ pub async fn train(
         (TrainMode::Full, true) => Some(policy.merged().ctx("copying the reference policy")?),
         _ => None,
     };
-    let adam = AdamWSettings {
-        lr: preset.optim.lr,
-        beta1: preset.optim.beta1,
-        beta2: preset.optim.beta2,
-        eps: preset.optim.eps,
-        weight_decay: preset.optim.weight_decay,
-    };
-    let mut opt = AdamW::new(policy.trainable(), adam)?;
+    let mut opt = AdamW::new(policy.trainable(), setup::adam_settings(preset))?;
     let checkpoints = Checkpoints::new(out.join("checkpoints"), preset.checkpoint.keep);
     let mut state =
         CheckpointState { step: 0, optimizer_step: 0, seed: preset.seed, tasks_drawn: 0, eval_before: None };

@@ -120,13 +120,7 @@ pub fn warm_start(
     let samples: Vec<Sample> =
         read_transcripts(&path)?.iter().map(|t| transcript_sample(t, &tokenizer, im_end)).collect::<Result<_, _>>()?;
     let model = Qwen3::load(base, &TrainMode::Full, dtype, device, preset.seed)?;
-    let settings = AdamWSettings {
-        lr: sft.lr,
-        beta1: preset.optim.beta1,
-        beta2: preset.optim.beta2,
-        eps: preset.optim.eps,
-        weight_decay: 0.0,
-    };
+    let settings = AdamWSettings { lr: sft.lr, weight_decay: 0.0, ..adam_settings(preset) };
     let mut opt = AdamW::new(model.trainable(), settings)?;
     let update = update_settings(preset, im_end);
     let mut rng = rand::rngs::StdRng::seed_from_u64(preset.seed ^ 0x5F7);
@@ -146,6 +140,16 @@ pub fn warm_start(
     peft::save_full_weights(&model, base, &tmp)?;
     std::fs::rename(&tmp, &dir).map_err(|e| TrainError::io("rename", &tmp, e))?;
     Ok(dir)
+}
+/// The preset's AdamW settings (the GRPO updates; the warm start overrides lr and decay).
+pub fn adam_settings(preset: &Preset) -> AdamWSettings {
+    AdamWSettings {
+        lr: preset.optim.lr,
+        beta1: preset.optim.beta1,
+        beta2: preset.optim.beta2,
+        eps: preset.optim.eps,
+        weight_decay: preset.optim.weight_decay,
+    }
 }
 
 /// The update settings a preset implies.

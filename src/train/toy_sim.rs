@@ -1,22 +1,21 @@
 //! A container-free stand-in for the toy file tasks, for tuning `cpu-tiny` quickly: the
 //! same warm start, sampler, advantages and update as `agent train`, with the reward read
 //! off the reply's text (`echo WORD > FILE`) instead of running the task's tests.
-//! Run with `AGENT_SIM_PRESET=presets/cpu-tiny.yaml cargo test --lib toy_sim -- --ignored --nocapture`.
+//! Run with `AGENT_SIM_PRESET=cpu-tiny cargo test --lib toy_sim -- --ignored --nocapture`.
 
 use std::path::PathBuf;
 
 use candle_core::Device;
 
-use super::grpo::{group_advantages, is_degenerate};
 use super::model::Qwen3;
-use super::optim::{AdamW, AdamWSettings};
+use super::optim::AdamW;
 use super::parallel::SingleRank;
 use super::preset::Preset;
 use super::rollout::chat::render_prompt;
-use super::rollout::{GenerateRequest, Sampler};
-use super::run::{mix_seed, train_mode};
+use super::rollout::{GenerateRequest, Recording, Rollout, RolloutPlan, RolloutStatus, Sampler, Segment};
+use super::run::{build_samples, mix_seed, step_plans, train_mode};
 use super::setup;
-use super::update::{grpo_update, Reference, Sample};
+use super::update::{grpo_update, Reference};
 use crate::llm::{ChatMessage, Role};
 
 const WORDS: [&str; 4] = ["apple", "river", "stone", "cloud"];
@@ -26,6 +25,7 @@ struct Reply {
     text: String,
     prompt: Vec<u32>,
     ids: Vec<u32>,
+    logp: Vec<f32>,
     complete: bool,
     right: bool,
     reward: f64,
@@ -73,7 +73,31 @@ fn roll(
         _ => (false, false),
     };
     let reward = if complete { (f64::from(u8::from(exists)) + f64::from(u8::from(holds))) / 2.0 } else { 0.0 };
-    Reply { text: reply, prompt, ids: g.ids, complete, right: complete && holds, reward }
+    Reply { text: reply, prompt, ids: g.ids, logp: g.logp, complete, right: complete && holds, reward }
+}
+
+impl Reply {
+    /// The rollout `agent train` would have recorded for this reply.
+    fn into_rollout(self, plan: RolloutPlan) -> Rollout {
+        let mut tokens = self.prompt;
+        let mut mask = vec![0u8; tokens.len()];
+        tokens.extend(&self.ids);
+        mask.extend(std::iter::repeat_n(1u8, self.ids.len()));
+        let mut recording = Recording::default();
+        recording.segments = vec![Segment { tokens, mask, sampler_logp: self.logp }];
+        recording.truncated = !self.complete;
+        Rollout {
+            task: plan.task,
+            member: plan.member,
+            tests_score: self.reward,
+            judge_score: None,
+            reward: self.reward,
+            resolved: self.right,
+            status: if self.complete { RolloutStatus::Complete } else { RolloutStatus::Truncated },
+            reason: String::new(),
+            recording,
+        }
+    }
 }
 
 fn eval(
@@ -107,7 +131,7 @@ fn eval(
 #[ignore = "a tuning tool, not a check: run it by hand"]
 fn toy_sim() {
     let Ok(path) = std::env::var("AGENT_SIM_PRESET") else { return };
-    let p = Preset::load(&PathBuf::from(&path)).unwrap();
+    let p = Preset::find(&path).unwrap();
     let out = PathBuf::from(std::env::var("AGENT_SIM_OUT").unwrap_or_else(|_| "/tmp/toy-sim".into()));
     let n_eval: usize = std::env::var("AGENT_SIM_EVAL").ok().and_then(|v| v.parse().ok()).unwrap_or(256);
     let steps: usize = std::env::var("AGENT_SIM_STEPS").ok().and_then(|v| v.parse().ok()).unwrap_or(p.grpo.steps);
@@ -128,53 +152,18 @@ fn toy_sim() {
     let system = system.trim_end();
     let mode = train_mode(&p);
     let policy = Qwen3::load(&start, &mode, dtype, &device, p.seed).unwrap();
-    let mut opt = AdamW::new(
-        policy.trainable(),
-        AdamWSettings {
-            lr: p.optim.lr,
-            beta1: p.optim.beta1,
-            beta2: p.optim.beta2,
-            eps: p.optim.eps,
-            weight_decay: p.optim.weight_decay,
-        },
-    )
-    .unwrap();
+    let mut opt = AdamW::new(policy.trainable(), setup::adam_settings(&p)).unwrap();
     let sampler = Sampler::start(policy.merged().unwrap()).unwrap();
     let (r0, c0) = eval(&sampler, &tok, system, &p, im_end, n_eval, 1);
     eprintln!("before: right {:.1}% complete {:.1}%", r0 * 100.0, c0 * 100.0);
     let update = setup::update_settings(&p, im_end);
     for step in 1..=steps as u64 {
-        let mut rng_tasks: Vec<usize> = (0..8).collect();
-        use rand::seq::SliceRandom;
-        use rand::SeedableRng;
-        rng_tasks.shuffle(&mut rand::rngs::StdRng::seed_from_u64(mix_seed(&[p.seed, step, 1])));
-        let mut samples = Vec::new();
-        let (mut right, mut total, mut kept) = (0, 0, 0);
-        for slot in 0..p.grpo.tasks_per_step {
-            let task = rng_tasks[slot % 8];
-            let replies: Vec<Reply> = (0..p.grpo.group_size)
-                .map(|m| {
-                    roll(&sampler, &tok, system, task, mix_seed(&[p.seed, step, slot as u64, m as u64]), &p, im_end)
-                })
-                .collect();
-            let rewards: Vec<f64> = replies.iter().map(|r| r.reward).collect();
-            right += replies.iter().filter(|r| r.right).count();
-            total += replies.len();
-            if p.grpo.dynamic_sampling && is_degenerate(&rewards) {
-                continue;
-            }
-            kept += 1;
-            for (r, a) in replies.iter().zip(group_advantages(&rewards, p.grpo.advantage)) {
-                if !r.complete && p.grpo.truncated == super::preset::TruncPolicy::Mask {
-                    continue;
-                }
-                let mut tokens = r.prompt.clone();
-                tokens.extend(&r.ids);
-                let mut mask = vec![0u8; r.prompt.len()];
-                mask.extend(std::iter::repeat_n(1u8, r.ids.len()));
-                samples.push(Sample { tokens, mask, advantage: a as f32, sampler_logp: None });
-            }
-        }
+        // The tasks, groups, seeds and samples exactly as `agent train` draws and builds them.
+        let rollouts: Vec<Rollout> = step_plans(&p, 8, step)
+            .into_iter()
+            .map(|plan| roll(&sampler, &tok, system, plan.task, plan.seed, &p, im_end).into_rollout(plan))
+            .collect();
+        let (samples, m) = build_samples(&p, &rollouts);
         let reference = if p.grpo.kl_coef > 0.0 { Reference::AdaptersOff } else { Reference::None };
         let stats = if samples.is_empty() {
             Default::default()
@@ -184,8 +173,9 @@ fn toy_sim() {
         };
         sampler.set_policy(policy.merged().unwrap());
         eprintln!(
-            "step {step}: pass {:.0}% kept {kept} loss {:.4} kl {:.4} ent {:.3} clip {:.3} gnorm {:.3}",
-            right as f64 * 100.0 / total as f64,
+            "step {step}: pass {:.0}% kept {} loss {:.4} kl {:.4} ent {:.3} clip {:.3} gnorm {:.3}",
+            m.pass_rate * 100.0,
+            m.groups_kept,
             stats.loss,
             stats.kl,
             stats.entropy,

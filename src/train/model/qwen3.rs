@@ -209,14 +209,18 @@ impl Qwen3 {
         let layer = &self.layers[l];
         let h = rms_norm(x, layer.input_norm.tensor(), self.cfg.rms_norm_eps)?;
         let a = self.attention(&layer.attn, &h, offset, mode, cache)?;
-        let x = (x + a)?;
-        let h = rms_norm(&x, layer.post_norm.tensor(), self.cfg.rms_norm_eps)?;
-        let (b, t, hid) = h.dims3()?;
-        let rows = h.reshape((b * t, hid))?;
+        self.feed_forward(layer, &(x + a)?, mode)
+    }
+
+    /// The second half of a layer: `x + MLP(RMSNorm(x))`, for input of any shape ending
+    /// in the hidden size.
+    fn feed_forward(&self, layer: &Layer, x: &Tensor, mode: ForwardMode) -> CResult<Tensor> {
+        let h = rms_norm(x, layer.post_norm.tensor(), self.cfg.rms_norm_eps)?;
+        let rows = h.reshape(((), self.cfg.hidden_size))?;
         let gate = layer.mlp.gate_proj.forward(&rows, mode)?.silu()?;
         let up = layer.mlp.up_proj.forward(&rows, mode)?;
         let down = layer.mlp.down_proj.forward(&(gate * up)?, mode)?;
-        x + down.reshape((b, t, hid))?
+        x + down.reshape(x.shape())?
     }
 
     /// The final RMSNorm.
@@ -291,11 +295,7 @@ impl Qwen3 {
                 outs.push(pad.clone());
             }
             let a = attn.o_proj.forward(&Tensor::cat(&outs, 0)?, mode)?;
-            x = (x + a)?;
-            let h = rms_norm(&x, layer.post_norm.tensor(), self.cfg.rms_norm_eps)?;
-            let gate = layer.mlp.gate_proj.forward(&h, mode)?.silu()?;
-            let up = layer.mlp.up_proj.forward(&h, mode)?;
-            x = (&x + layer.mlp.down_proj.forward(&(gate * up)?, mode)?)?;
+            x = self.feed_forward(layer, &(x + a)?, mode)?;
         }
         let logits = self.final_norm(&x)?.matmul(&self.head_weight().t()?)?.to_dtype(DType::F32)?;
         (0..n).map(|i| logits.get(i)).collect()
