@@ -9,7 +9,7 @@ use clap::Args;
 use agent::config::Config;
 use agent::sandbox;
 use agent::train::plan::MemoryPlan;
-use agent::train::preset::{LoraSection, Preset};
+use agent::train::preset::{LoraSection, Preset, RolloutEngine};
 use agent::train::{self, TrainOptions};
 
 use super::signals::Signals;
@@ -38,6 +38,9 @@ pub struct TrainArgs {
     /// Seed of every random choice (overrides the preset's).
     #[arg(long)]
     pub seed: Option<u64>,
+    /// Who samples the rollouts: `candle` (in process) or `mistralrs` (overrides the preset's).
+    #[arg(long, value_parser = ["candle", "mistralrs", "mistral.rs"])]
+    pub engine: Option<String>,
     /// Continue from the newest complete checkpoint in --out.
     #[arg(long)]
     pub resume: bool,
@@ -79,6 +82,9 @@ pub async fn run(args: TrainArgs, config: Config) -> anyhow::Result<u8> {
     }
     if let Some(seed) = args.seed {
         preset.seed = seed;
+    }
+    if let Some(engine) = &args.engine {
+        preset.rollout.engine = if engine == "candle" { RolloutEngine::Candle } else { RolloutEngine::Mistralrs };
     }
     if let Some(file) = &args.sft {
         let sft = preset.sft.get_or_insert_with(|| agent::train::preset::SftSection {

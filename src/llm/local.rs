@@ -2,7 +2,8 @@
 //! when built with the `cuda` feature and a GPU is present, else on the CPU.
 
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
@@ -68,6 +69,8 @@ pub struct LocalBackend {
     name: String,
     thinking: Option<bool>,
     last_stats: Mutex<Option<CallStats>>,
+    /// Ids of token-in requests, one per request.
+    next_request: AtomicUsize,
 }
 
 fn load_error(path: &Path, e: impl std::fmt::Display) -> LlmError {
@@ -118,34 +121,21 @@ impl LocalBackend {
                 hint: "a local model is a .gguf file or a directory with config.json and *.safetensors".into(),
             });
         };
-        Ok(Self { model, name, thinking: opts.thinking, last_stats: Mutex::new(None) })
+        Ok(Self {
+            model,
+            name,
+            thinking: opts.thinking,
+            last_stats: Mutex::new(None),
+            next_request: AtomicUsize::new(0),
+        })
     }
 
     /// The engine's raw next-token logits (f32, vocabulary-long) after `prompt`, a list of
     /// token ids fed as they are (no chat template): for checking other engines against it.
     pub async fn next_token_logits(&self, prompt: Vec<u32>) -> Result<Vec<f32>, LlmError> {
-        let (tx, mut rx) = tokio::sync::mpsc::channel(2);
         let mut sampling = mistralrs::SamplingParams::deterministic();
         sampling.max_len = Some(1);
-        let request = mistralrs::Request::Normal(Box::new(mistralrs::NormalRequest {
-            messages: mistralrs::RequestMessage::CompletionTokens(prompt),
-            sampling_params: sampling,
-            response: tx,
-            return_logprobs: false,
-            is_streaming: false,
-            id: 0,
-            constraint: mistralrs::Constraint::None,
-            suffix: None,
-            tools: None,
-            tool_choice: None,
-            logits_processors: None,
-            return_raw_logits: true,
-            web_search_options: None,
-            model_id: None,
-            truncate_sequence: false,
-        }));
-        let sender = self.model.inner().get_sender(None).map_err(|e| LlmError::Other(e.to_string()))?;
-        sender.send(request).await.map_err(|e| LlmError::Other(format!("the engine stopped: {e}")))?;
+        let mut rx = self.send_tokens(prompt, sampling, true, None).await?;
         match rx.recv().await {
             Some(Response::Raw { logits_chunks, .. }) => {
                 let last =
@@ -157,13 +147,67 @@ impl LocalBackend {
                     last.flatten_all().and_then(|t| t.to_vec1::<f32>()).map_err(|e| LlmError::Other(e.to_string()))?;
                 Ok(flat[flat.len() - vocab..].to_vec())
             }
-            Some(Response::InternalError(e)) | Some(Response::ValidationError(e)) => {
-                Err(LlmError::Other(e.to_string()))
-            }
-            Some(Response::ModelError(e, _)) => Err(LlmError::Other(e)),
-            Some(_) => Err(LlmError::Other("the engine answered a raw-logits request with something else".into())),
-            None => Err(LlmError::Other("the engine closed the request".into())),
+            other => Err(unexpected_response(other, "a raw-logits request")),
         }
+    }
+
+    /// Generates after `prompt` (token ids fed as they are, no chat template), choosing
+    /// each token greedily from the logits `chooser` returns: the model runs in
+    /// mistral.rs, while the caller decides every token and
+    /// so knows the ids and their probabilities, which mistral.rs's responses do not carry.
+    /// Generation ends after `max_new_tokens`, a token of `stop`, or an end-of-sequence
+    /// token of the model.
+    pub async fn generate_from_tokens(
+        &self,
+        prompt: Vec<u32>,
+        max_new_tokens: usize,
+        stop: &[u32],
+        chooser: Arc<dyn mistralrs::CustomLogitsProcessor>,
+    ) -> Result<TokenCompletion, LlmError> {
+        let mut sampling = mistralrs::SamplingParams::deterministic();
+        sampling.max_len = Some(max_new_tokens);
+        if !stop.is_empty() {
+            sampling.stop_toks = Some(mistralrs::StopTokens::Ids(stop.to_vec()));
+        }
+        let mut rx = self.send_tokens(prompt, sampling, false, Some(vec![chooser])).await?;
+        match rx.recv().await {
+            Some(Response::CompletionDone(done)) => Ok(TokenCompletion {
+                completion_tokens: done.usage.completion_tokens,
+                finish_reason: done.choices.first().map(|c| c.finish_reason.clone()).unwrap_or_default(),
+            }),
+            other => Err(unexpected_response(other, "a token-in completion")),
+        }
+    }
+
+    /// Sends a request of raw token ids to the engine; its answers arrive on the receiver.
+    async fn send_tokens(
+        &self,
+        prompt: Vec<u32>,
+        sampling: mistralrs::SamplingParams,
+        raw_logits: bool,
+        logits_processors: Option<Vec<Arc<dyn mistralrs::CustomLogitsProcessor>>>,
+    ) -> Result<tokio::sync::mpsc::Receiver<Response>, LlmError> {
+        let (tx, rx) = tokio::sync::mpsc::channel(2);
+        let request = mistralrs::Request::Normal(Box::new(mistralrs::NormalRequest {
+            messages: mistralrs::RequestMessage::CompletionTokens(prompt),
+            sampling_params: sampling,
+            response: tx,
+            return_logprobs: false,
+            is_streaming: false,
+            id: self.next_request.fetch_add(1, Ordering::Relaxed),
+            constraint: mistralrs::Constraint::None,
+            suffix: None,
+            tools: None,
+            tool_choice: None,
+            logits_processors,
+            return_raw_logits: raw_logits,
+            web_search_options: None,
+            model_id: None,
+            truncate_sequence: false,
+        }));
+        let sender = self.model.inner().get_sender(None).map_err(|e| LlmError::Other(e.to_string()))?;
+        sender.send(request).await.map_err(|e| LlmError::Other(format!("the engine stopped: {e}")))?;
+        Ok(rx)
     }
 
     /// Loads `repo` from the Hugging Face hub cache, downloading what is missing
@@ -180,7 +224,13 @@ impl LocalBackend {
             b = b.with_force_cpu();
         }
         let model = b.build().await.map_err(|e| load_error(Path::new(repo), e))?;
-        Ok(Self { model, name: repo.to_string(), thinking: opts.thinking, last_stats: Mutex::new(None) })
+        Ok(Self {
+            model,
+            name: repo.to_string(),
+            thinking: opts.thinking,
+            last_stats: Mutex::new(None),
+            next_request: AtomicUsize::new(0),
+        })
     }
 
     /// True when this build can use a GPU and one is present.
@@ -229,6 +279,29 @@ impl LocalBackend {
             b = b.enable_thinking(t);
         }
         b
+    }
+}
+
+/// What mistral.rs reports of a token-in generation.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TokenCompletion {
+    /// Tokens it generated (the stop token included).
+    pub completion_tokens: usize,
+    /// `stop`, `length`, ... as the engine words it.
+    pub finish_reason: String,
+}
+
+/// The error for an engine answer that is not the one a request expects.
+fn unexpected_response(response: Option<Response>, what: &str) -> LlmError {
+    match response {
+        Some(Response::InternalError(e)) | Some(Response::ValidationError(e)) => {
+            LlmError::Other(format!("mistral.rs failed: {}", one_line(&e.to_string())))
+        }
+        Some(Response::ModelError(e, _)) | Some(Response::CompletionModelError(e, _)) => {
+            LlmError::Other(format!("the model failed while generating: {}", one_line(&e)))
+        }
+        Some(_) => LlmError::Other(format!("mistral.rs answered {what} with something else")),
+        None => LlmError::Other("the engine closed the request".into()),
     }
 }
 

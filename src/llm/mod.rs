@@ -14,7 +14,7 @@ mod stats;
 
 pub use anthropic::{AnthropicBackend, AnthropicConfig};
 pub use llamacpp::{LlamaCppBackend, LlamaCppOptions};
-pub use local::{LocalBackend, LocalEngine, LocalModelOptions};
+pub use local::{LocalBackend, LocalEngine, LocalModelOptions, TokenCompletion};
 pub use openai::{OpenAiBackend, OpenAiConfig};
 pub use scripted::ScriptedBackend;
 pub use spec::{resolve_model, ModelSpec, ResolveOptions};

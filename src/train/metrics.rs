@@ -78,6 +78,10 @@ pub struct StepMetrics {
     pub crashed: u64,
     /// Groups used in the update.
     pub groups_kept: u64,
+    /// Mean |trainer − sampler| log-prob of the model tokens, when another engine
+    /// (mistral.rs) sampled them: how far apart the two engines' numbers are.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sampler_logp_diff: Option<f64>,
     /// Groups dropped by dynamic sampling.
     pub groups_dropped: u64,
     /// Seconds spent sampling.

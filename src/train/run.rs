@@ -20,8 +20,10 @@ use super::model::{peft, LoraSettings, Qwen3, TrainMode};
 use super::optim::AdamW;
 use super::parallel::SingleRank;
 use super::plot::write_reward_svg;
-use super::preset::{Preset, TruncPolicy};
-use super::rollout::{PolicySampling, Rollout, RolloutPlan, RolloutRunner, RolloutStatus, Sampler};
+use super::preset::{Preset, RolloutEngine, TruncPolicy};
+use super::rollout::{
+    MistralrsEngine, PolicySampling, Rollout, RolloutPlan, RolloutRunner, RolloutSampler, RolloutStatus, Sampler,
+};
 use super::setup;
 use super::update::{grpo_update, Reference, Sample};
 use crate::config::Config;
@@ -82,12 +84,10 @@ pub async fn train(
 ) -> Result<EvalReport, TrainError> {
     let preset = &opts.preset;
     let out = &opts.out;
-    if preset.rollout.engine != super::preset::RolloutEngine::Candle {
-        return Err(TrainError::Config(format!(
-            "rollout.engine `{}` is not available yet: rollouts are sampled by the in-process candle policy \
-             (`engine: candle`)",
-            preset.rollout.engine
-        )));
+    if preset.rollout.engine == RolloutEngine::Openai {
+        return Err(TrainError::Config(
+            "rollout.engine `openai` is not available yet: use `candle` (in-process) or `mistralrs`".into(),
+        ));
     }
     std::fs::create_dir_all(out).map_err(|e| TrainError::io("create", out, e))?;
     let (device, dtype) = setup::device_and_dtype(preset)?;
@@ -126,7 +126,15 @@ pub async fn train(
     let tasks_dir = preset.resolve_path(&preset.tasks);
     let (ctx, tasks) = setup::trial_context(&tasks_dir, config, docker, &out.join("rollouts"), &run_id).await?;
     let _ = crate::bench::env::remove_run_settled(docker, &run_id).await;
-    let sampler = Sampler::start(policy.merged().ctx("merging the policy")?)?;
+    let sampler: Arc<dyn RolloutSampler> = match preset.rollout.engine {
+        RolloutEngine::Mistralrs => {
+            let force_cpu = matches!(preset.hardware.device, super::preset::Device::Cpu);
+            let engine = MistralrsEngine::start(&policy, &start_dir, &out.join("rollout-engine"), force_cpu).await?;
+            log("rollouts are sampled by mistral.rs (the policy is reloaded after every update)".into());
+            Arc::new(engine)
+        }
+        _ => Arc::new(Sampler::start(policy.merged().ctx("merging the policy")?)?),
+    };
     let sampling = PolicySampling {
         temperature: preset.grpo.temperature,
         top_p: preset.grpo.top_p,
@@ -184,7 +192,7 @@ pub async fn train(
         rbar.finish_and_clear();
         let rollout_secs = t0.elapsed().as_secs_f64();
         let t1 = Instant::now();
-        let (samples, mut m) = build_samples(preset, &rollouts);
+        let (samples, mut m) = build_samples(preset, &rollouts, sampler.off_policy());
         let stats = if samples.is_empty() {
             Default::default()
         } else {
@@ -203,13 +211,14 @@ pub async fn train(
                 mix_seed(&[preset.seed, step, 7]),
             )?
         };
-        sampler.set_policy(policy.merged().ctx("merging the policy")?);
+        sampler.load_policy(&policy).await?;
         m.step = step;
         m.loss = stats.loss;
         m.kl = stats.kl;
         m.entropy = stats.entropy;
         m.clip_frac = stats.clip_frac;
         m.grad_norm = stats.grad_norm;
+        m.sampler_logp_diff = stats.sampler_logp_diff;
         m.lr = preset.optim.lr;
         m.model_tokens = stats.model_tokens;
         m.rollout_secs = rollout_secs;
@@ -230,7 +239,7 @@ pub async fn train(
                 m.entropy,
                 m.groups_kept,
                 rollout_secs + m.update_secs
-            ));
+            ) + &m.sampler_logp_diff.map(|d| format!(", sampler logp diff {d:.2e}")).unwrap_or_default());
         }
         state.step = step;
         state.optimizer_step = opt.step;
@@ -273,8 +282,9 @@ pub fn step_plans(preset: &Preset, n_tasks: usize, step: u64) -> Vec<RolloutPlan
 }
 
 /// Turns a step's rollouts into training samples (advantages per group, dynamic
-/// sampling, the truncation policy) and the step's rollout metrics.
-pub fn build_samples(preset: &Preset, rollouts: &[Rollout]) -> (Vec<Sample>, StepMetrics) {
+/// sampling, the truncation policy) and the step's rollout metrics; `sampler_logp` keeps
+/// the sampler's log-probs for importance weights (another engine sampled them).
+pub fn build_samples(preset: &Preset, rollouts: &[Rollout], sampler_logp: bool) -> (Vec<Sample>, StepMetrics) {
     let mut m = StepMetrics::default();
     let g = preset.grpo.group_size.max(1);
     let counted: Vec<&Rollout> = rollouts.iter().filter(|r| r.status != RolloutStatus::Crashed).collect();
@@ -319,7 +329,7 @@ pub fn build_samples(preset: &Preset, rollouts: &[Rollout]) -> (Vec<Sample>, Ste
                         tokens: seg.tokens.clone(),
                         mask: seg.mask.clone(),
                         advantage: a as f32,
-                        sampler_logp: None,
+                        sampler_logp: if sampler_logp { seg.scored_sampler_logp() } else { None },
                     });
                 }
             }

@@ -163,7 +163,7 @@ fn toy_sim() {
             .into_iter()
             .map(|plan| roll(&sampler, &tok, system, plan.task, plan.seed, &p, im_end).into_rollout(plan))
             .collect();
-        let (samples, m) = build_samples(&p, &rollouts);
+        let (samples, m) = build_samples(&p, &rollouts, false);
         let reference = if p.grpo.kl_coef > 0.0 { Reference::AdaptersOff } else { Reference::None };
         let stats = if samples.is_empty() {
             Default::default()

@@ -73,6 +73,9 @@ pub struct UpdateStats {
     pub model_tokens: u64,
     /// Optimiser steps taken.
     pub steps: u64,
+    /// Mean |trainer − sampler| log-prob over the model tokens another engine sampled
+    /// (before the update: both saw the same weights); `None` when the trainer sampled.
+    pub sampler_logp_diff: Option<f64>,
 }
 
 /// Computes the gradients of `head(final hidden states)` for every trainable variable,
@@ -165,6 +168,18 @@ pub fn sample_logprobs(
     Ok(out)
 }
 
+/// Mean |trainer − sampler| log-prob over the samples that carry sampler log-probs.
+fn sampler_logp_diff(samples: &[Sample], trainer: &[Vec<f32>]) -> Option<f64> {
+    let (mut sum, mut n) = (0.0f64, 0usize);
+    for (s, t) in samples.iter().zip(trainer) {
+        if let Some(sampler) = &s.sampler_logp {
+            sum += t.iter().zip(sampler).map(|(a, b)| f64::from((a - b).abs())).sum::<f64>();
+            n += t.len().min(sampler.len());
+        }
+    }
+    (n > 0).then(|| sum / n as f64)
+}
+
 /// What the reference policy for the KL term is.
 pub enum Reference<'a> {
     /// No KL term.
@@ -205,7 +220,7 @@ pub fn grpo_update(
         }
     };
     let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
-    let mut stats = UpdateStats::default();
+    let mut stats = UpdateStats { sampler_logp_diff: sampler_logp_diff(samples, &old), ..Default::default() };
     let mut totals = LossSums::default();
     let mut entropy_sum = 0.0;
     let shapes: Vec<Tensor> = opt.vars().iter().map(|(_, v)| v.as_tensor().clone()).collect();
@@ -463,6 +478,38 @@ mod tests {
         assert!(s.clip_frac == 0.0);
         let s = grpo_update(&m, Reference::AdaptersOff, &mut opt, &data, &SingleRank, &one_epoch, 2).unwrap();
         assert!(s.kl > 0.0, "kl {}", s.kl);
+    }
+
+    /// Sampler log-probs equal to the trainer's change nothing (weights of 1); lower ones
+    /// (the sampler found those tokens less likely) weigh the loss up, to the cap.
+    #[test]
+    fn sampler_log_probs_weigh_the_update_and_are_measured() {
+        let dir = tempfile::tempdir().unwrap();
+        write_random_qwen3(dir.path(), 13, true, 14);
+        let one_epoch = UpdateSettings { epochs: 1, ppo: PpoSettings { kl_coef: 0.0, ..settings().ppo }, ..settings() };
+        let run = |shift: Option<f32>| {
+            let m = Qwen3::load(dir.path(), &lora(), DType::F32, &Device::Cpu, 5).unwrap();
+            let mut data = samples();
+            let refs: Vec<&Sample> = data.iter().collect();
+            let (mb, pad, chunk) = (one_epoch.micro_batch, one_epoch.pad, one_epoch.chunk);
+            let trainer = sample_logprobs(&m, &refs, ForwardMode::default(), mb, pad, chunk).unwrap();
+            for (s, t) in data.iter_mut().zip(&trainer) {
+                s.sampler_logp = shift.map(|d| t.iter().map(|v| v - d).collect());
+            }
+            let mut opt = AdamW::new(m.trainable(), ADAM).unwrap();
+            let stats = grpo_update(&m, Reference::None, &mut opt, &data, &SingleRank, &one_epoch, 3).unwrap();
+            (stats, params(&m))
+        };
+        let (plain, p_plain) = run(None);
+        let (same, p_same) = run(Some(0.0));
+        let (lower, _) = run(Some(0.3));
+        assert_eq!(plain.sampler_logp_diff, None);
+        assert_eq!(same.sampler_logp_diff, Some(0.0));
+        assert!((lower.sampler_logp_diff.unwrap() - 0.3).abs() < 1e-6);
+        assert_eq!(p_plain, p_same, "weights of 1 changed the update");
+        // The first step's loss is −mean(w·A) with ratio 1: weights e^0.3 scale it.
+        let scale = lower.loss / plain.loss;
+        assert!((scale - 0.3f64.exp()).abs() < 1e-3, "loss scaled by {scale}");
     }
 
     #[test]

@@ -16,4 +16,5 @@ mod sandbox_lifecycle;
 mod sandbox_shell;
 mod serve;
 mod train;
+mod train_engine;
 mod tui;

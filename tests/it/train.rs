@@ -160,6 +160,33 @@ async fn a_trained_adapter_gives_the_same_logits_through_mistral_rs() {
     assert!(code == 0 || code == 1, "agent run --lora failed ({code}): {}", String::from_utf8_lossy(&o.stderr));
 }
 
+/// `rollout.engine: mistralrs`: rollouts in real containers sampled by mistral.rs, the
+/// policy reloaded after each update, and the sampler's log-probs (which feed the
+/// importance weights) agreeing with the trainer's.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_run_sampled_by_mistral_rs_trains_with_importance_weights() {
+    support::docker().await;
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("run");
+    let preset = support::fixture("train/mistralrs.yaml");
+    let o = train_cmd(&preset.display().to_string(), &out).output().unwrap();
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "agent train failed: {stderr}");
+    assert!(stderr.contains("sampled by mistral.rs"), "{stderr}");
+    let metrics = MetricsLog::read(&out.join("metrics.jsonl")).unwrap();
+    assert_eq!(metrics.len(), 2);
+    for m in &metrics {
+        assert!(m.rollouts == 8 && m.crashed == 0 && m.model_tokens > 0, "{m:?}");
+        let diff = m.sampler_logp_diff.unwrap_or_else(|| panic!("step {} has no sampler log-probs: {m:?}", m.step));
+        assert!(diff < 1e-3, "step {}: trainer and mistral.rs log-probs differ by {diff} on average", m.step);
+    }
+    let eval = eval_json(&out);
+    assert_eq!(eval["rollouts"].as_u64(), Some(8));
+    assert!(out.join("adapter/adapter_model.safetensors").is_file());
+    let left: Vec<_> = std::fs::read_dir(out.join("rollout-engine")).unwrap().collect();
+    assert!(left.is_empty(), "the engine's policy copies were left behind: {left:?}");
+}
+
 #[test]
 fn dry_run_prints_the_memory_plan_of_the_32b_presets() {
     let o = Command::new(support::agent_bin())

@@ -9,8 +9,8 @@ use futures_util::StreamExt;
 use serde::{Deserialize, Serialize};
 use tokenizers::Tokenizer;
 
+use super::engine::RolloutSampler;
 use super::policy::{PolicyBackend, PolicySampling, Recording};
-use super::sampler::Sampler;
 use crate::bench::{run_trial_with, FailureMode, ModelSource, TaskEntry, TrialContext, TrialRecord};
 use crate::judge::{mix_reward, Judge, JudgedEpisode, RewardWeights};
 use crate::protocol::EndReason;
@@ -63,7 +63,7 @@ pub struct RolloutPlan {
 pub struct RolloutRunner {
     pub ctx: Arc<TrialContext>,
     pub tasks: Vec<Arc<TaskEntry>>,
-    pub sampler: Sampler,
+    pub sampler: Arc<dyn RolloutSampler>,
     pub tokenizer: Arc<Tokenizer>,
     pub stop: Vec<u32>,
     pub sampling: PolicySampling,
@@ -78,7 +78,7 @@ impl RolloutRunner {
     pub fn new(
         ctx: Arc<TrialContext>,
         tasks: Vec<Arc<TaskEntry>>,
-        sampler: Sampler,
+        sampler: Arc<dyn RolloutSampler>,
         tokenizer: Arc<Tokenizer>,
         stop: Vec<u32>,
         sampling: PolicySampling,

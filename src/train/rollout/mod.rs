@@ -1,11 +1,15 @@
-//! Rollouts: the policy as a model backend for the agent loop, the in-process sampler,
-//! and running groups of rollouts in containers.
+//! Rollouts: the policy as a model backend for the agent loop, its samplers (in-process
+//! candle, mistral.rs), and running groups of rollouts in containers.
 
 pub mod chat;
 pub mod collect;
+pub mod engine;
+pub mod mistralrs_engine;
 pub mod policy;
 pub mod sampler;
 
 pub use collect::{Rollout, RolloutPlan, RolloutRunner, RolloutStatus};
+pub use engine::RolloutSampler;
+pub use mistralrs_engine::MistralrsEngine;
 pub use policy::{PolicyBackend, PolicySampling, Recording, Segment};
 pub use sampler::{GenerateRequest, Generated, Sampler};

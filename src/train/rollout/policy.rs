@@ -12,7 +12,8 @@ use tokio::sync::oneshot;
 use tokio_util::sync::CancellationToken;
 
 use super::chat::{render_prompt, IM_END};
-use super::sampler::{GenerateRequest, Sampler};
+use super::engine::RolloutSampler;
+use super::sampler::GenerateRequest;
 use crate::llm::{ChatRequest, ChatResponse, FinishReason, LlmError, ModelBackend};
 use crate::protocol::TokenUsage;
 
@@ -24,6 +25,18 @@ pub struct Segment {
     pub mask: Vec<u8>,
     /// The sampler's log-probability of each sampled token, in order.
     pub sampler_logp: Vec<f32>,
+}
+
+impl Segment {
+    /// The sampler's log-probs of the tokens the update scores: the model tokens but a
+    /// first one (nothing predicts it); `None` when they were not all recorded.
+    pub fn scored_sampler_logp(&self) -> Option<Vec<f32>> {
+        let positions: Vec<usize> = self.mask.iter().enumerate().filter(|(_, m)| **m != 0).map(|(i, _)| i).collect();
+        if positions.len() != self.sampler_logp.len() {
+            return None;
+        }
+        Some(positions.iter().zip(&self.sampler_logp).filter(|(i, _)| **i != 0).map(|(_, lp)| *lp).collect())
+    }
 }
 
 /// What a rollout's model calls produced.
@@ -49,7 +62,7 @@ pub struct PolicySampling {
 
 /// One rollout's connection to the sampler.
 pub struct PolicyBackend {
-    sampler: Sampler,
+    sampler: Arc<dyn RolloutSampler>,
     tokenizer: Arc<Tokenizer>,
     stop: Vec<u32>,
     session: u64,
@@ -62,7 +75,7 @@ pub struct PolicyBackend {
 impl PolicyBackend {
     /// A backend for one rollout; `seed` fixes its samples.
     pub fn new(
-        sampler: Sampler,
+        sampler: Arc<dyn RolloutSampler>,
         tokenizer: Arc<Tokenizer>,
         stop: Vec<u32>,
         session: u64,
@@ -198,5 +211,22 @@ impl ModelBackend for PolicyBackend {
             prompt_token_ids: Some(prompt),
             decode_tokens_per_sec: None,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Segment;
+
+    #[test]
+    fn scored_sampler_log_probs_follow_the_mask() {
+        let seg =
+            Segment { tokens: vec![1, 2, 3, 4, 5], mask: vec![0, 1, 1, 0, 1], sampler_logp: vec![-1.0, -2.0, -3.0] };
+        assert_eq!(seg.scored_sampler_logp(), Some(vec![-1.0, -2.0, -3.0]));
+        // Nothing predicts a first token, so the update scores it not.
+        let first = Segment { mask: vec![1, 1, 0, 0, 1], ..seg.clone() };
+        assert_eq!(first.scored_sampler_logp(), Some(vec![-2.0, -3.0]));
+        let short = Segment { sampler_logp: vec![-1.0], ..seg };
+        assert_eq!(short.scored_sampler_logp(), None);
     }
 }

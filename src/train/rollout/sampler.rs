@@ -308,6 +308,10 @@ pub fn sample(logits: &Tensor, temperature: f64, top_p: f64, rng: &mut impl Rng)
                 }
             }
             probs.truncate(cut);
+            // Draw in vocabulary order, as without a nucleus: sorting near-equal
+            // probabilities is where two engines' last-bit differences would reorder the
+            // candidates and change the draw.
+            probs.sort_by_key(|p| p.0);
         }
         let kept: f64 = probs.iter().map(|p| p.1).sum();
         let mut u = rng.gen::<f64>() * kept;
