@@ -128,8 +128,8 @@ pub async fn train(
     let _ = crate::bench::env::remove_run_settled(docker, &run_id).await;
     let sampler: Arc<dyn RolloutSampler> = match preset.rollout.engine {
         RolloutEngine::Mistralrs => {
-            let force_cpu = matches!(preset.hardware.device, super::preset::Device::Cpu);
-            let engine = MistralrsEngine::start(&policy, &start_dir, &out.join("rollout-engine"), force_cpu).await?;
+            let work = out.join("rollout-engine");
+            let engine = MistralrsEngine::start(&policy, &start_dir, &work, device.is_cpu()).await?;
             log("rollouts are sampled by mistral.rs (the policy is reloaded after every update)".into());
             Arc::new(engine)
         }

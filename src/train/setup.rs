@@ -141,6 +141,7 @@ pub fn warm_start(
     std::fs::rename(&tmp, &dir).map_err(|e| TrainError::io("rename", &tmp, e))?;
     Ok(dir)
 }
+
 /// The preset's AdamW settings (the GRPO updates; the warm start overrides lr and decay).
 pub fn adam_settings(preset: &Preset) -> AdamWSettings {
     AdamWSettings {

@@ -157,10 +157,9 @@ pub fn run_speed(
                 sft_step(&model, &mut opt, &refs, &settings, &SingleRank, k as u64)?;
             }
             BenchMode::Forward => {
-                let seqs: Vec<&Sample> = samples.iter().collect();
                 super::update::sample_logprobs(
                     &model,
-                    &seqs,
+                    &refs,
                     super::model::ForwardMode::default(),
                     batch,
                     0,

@@ -203,16 +203,6 @@ fn batched_decoding_matches_one_sequence_at_a_time_and_ignores_its_neighbours() 
     let model = Qwen3::load(dir.path(), &TrainMode::Full, DType::F32, &Device::Cpu, 1).unwrap().merged().unwrap();
     let prompts: [&[u32]; 3] = [&[3, 5, 7], &[2, 9, 11, 4, 6], &[8]];
     let next = [1u32, 12, 0];
-    // Alone: prefill, then one token through the single-sequence path.
-    let want: Vec<Vec<f32>> = prompts
-        .iter()
-        .zip(next)
-        .map(|(p, t)| {
-            let mut c = KvCache::default();
-            model.forward_cached(p, &mut c).unwrap();
-            model.forward_cached(&[t], &mut c).unwrap().to_vec1::<f32>().unwrap()
-        })
-        .collect();
     let prefilled = || -> Vec<KvCache> {
         prompts
             .iter()
@@ -223,6 +213,12 @@ fn batched_decoding_matches_one_sequence_at_a_time_and_ignores_its_neighbours() 
             })
             .collect()
     };
+    // Alone: one token after the prefill through the single-sequence path.
+    let want: Vec<Vec<f32>> = prefilled()
+        .into_iter()
+        .zip(next)
+        .map(|(mut c, t)| model.forward_cached(&[t], &mut c).unwrap().to_vec1::<f32>().unwrap())
+        .collect();
     let mut caches = prefilled();
     let got = model.decode_batch(&next, &mut caches.iter_mut().collect::<Vec<_>>(), 4).unwrap();
     for (g, w) in got.iter().zip(&want) {

@@ -66,7 +66,7 @@ impl MistralrsEngine {
     }
 
     /// The mistral.rs model now serving requests.
-    pub fn backend(&self) -> Result<Arc<LocalBackend>, TrainError> {
+    fn backend(&self) -> Result<Arc<LocalBackend>, TrainError> {
         self.loaded
             .read()
             .ok()
