@@ -1,10 +1,18 @@
 #!/usr/bin/env bash
-# Set up (idempotently) and run one episode on Terminal-Bench's hello-world task.
-# AGENT_MODEL picks the model (default: the built-in local model, SmolLM2-135M).
+# Set up (idempotently), then let the built-in default model solve Terminal-Bench's
+# hello-world task: the agent works in a container, then the task's own tests run and
+# decide. AGENT_MODEL picks another model (any model spec); extra arguments go to
+# `agent bench` (e.g. `-k 5` for five attempts).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/env.sh
 scripts/setup.sh
-exec "$AGENT_BIN" run \
-  --task ../shared/tb1-tasks/hello-world \
-  --model "${AGENT_MODEL:-default}" "$@"
+model="${AGENT_MODEL:-default}"
+out="$(mktemp -d "${TMPDIR:-/tmp}/agent-demo.XXXXXX")"
+"$AGENT_BIN" bench ../shared/tb1-tasks/hello-world --model "$model" --output "$out" "$@"
+if grep -q '"resolved": true' "$out/results.json" 2>/dev/null; then
+  echo "✓ the model $model resolved hello-world: the task's tests ran and passed"
+else
+  echo "✗ the model $model did not resolve hello-world; why is in the table above and in $out" >&2
+  exit 1
+fi

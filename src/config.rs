@@ -6,6 +6,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use crate::sandbox::ImageMap;
+use crate::tools::ToolFormat;
 
 /// Errors reading the config, naming the file.
 #[derive(Debug, thiserror::Error)]
@@ -34,6 +35,9 @@ pub struct Config {
     /// `{{tools}}`, `{{date}}` are filled in when present); training presets for tiny
     /// models use a short one.
     pub system_prompt: Option<String>,
+    /// How the model writes its actions: `auto` (native tool calls where the model
+    /// supports them, else text), `native` or `text`. `--tool-format` overrides it.
+    pub tool_format: ToolFormat,
 }
 
 /// Stop conditions of an episode.

@@ -2,23 +2,27 @@
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use crate::tools::{render_tool_section, ToolSpecs};
+use crate::tools::{render_native_tool_section, render_tool_section, ToolFormat, ToolSpecs};
 
 const SYSTEM_TEMPLATE: &str = include_str!("../../prompts/system.md");
 
 /// Renders the system prompt for a sandbox whose shell starts in `cwd`.
-/// `project_instructions` is the content of the project's `AGENTS.md`, if any.
-pub fn system_prompt(specs: &ToolSpecs, cwd: &str, project_instructions: Option<&str>) -> String {
-    render_system_prompt(SYSTEM_TEMPLATE, specs, cwd, project_instructions)
+/// `project_instructions` is the content of the project's `AGENTS.md`, if any; `format`
+/// is the resolved action format (native or text).
+pub fn system_prompt(specs: &ToolSpecs, cwd: &str, project_instructions: Option<&str>, format: ToolFormat) -> String {
+    render_system_prompt(SYSTEM_TEMPLATE, specs, cwd, project_instructions, format)
 }
 
 /// Renders a system-prompt template (`{{cwd}}`, `{{date}}`, `{{tools}}` and
-/// `{{project_instructions}}` are filled in; a template may leave any of them out).
+/// `{{project_instructions}}` are filled in; a template may leave any of them out). In
+/// the native format `{{tools}}` becomes a short section on how to work with tools: the
+/// tools themselves go to the model as JSON schemas.
 pub fn render_system_prompt(
     template: &str,
     specs: &ToolSpecs,
     cwd: &str,
     project_instructions: Option<&str>,
+    format: ToolFormat,
 ) -> String {
     let project = match project_instructions {
         Some(text) if !text.trim().is_empty() => {
@@ -26,7 +30,11 @@ pub fn render_system_prompt(
         }
         _ => String::new(),
     };
-    let tools = if template.contains("{{tools}}") { render_tool_section(specs) } else { String::new() };
+    let tools = match format {
+        _ if !template.contains("{{tools}}") => String::new(),
+        ToolFormat::Native => render_native_tool_section(specs),
+        ToolFormat::Auto | ToolFormat::Text => render_tool_section(specs),
+    };
     template
         .replace("{{cwd}}", cwd)
         .replace("{{date}}", &today())
@@ -66,11 +74,14 @@ mod tests {
     #[test]
     fn prompt_has_tools_and_cwd() {
         let specs = ToolSpecs::builtin().unwrap();
-        let p = system_prompt(&specs, "/app", Some("Use tabs."));
+        let p = system_prompt(&specs, "/app", Some("Use tabs."), ToolFormat::Text);
         assert!(p.contains("/app"));
         assert!(p.contains("<bash>") && p.contains("finish"));
         assert!(p.contains("Use tabs."));
         assert!(!p.contains("{{"));
         assert_eq!(today().len(), 10);
+        let native = system_prompt(&specs, "/app", Some("Use tabs."), ToolFormat::Native);
+        assert!(native.contains("/app") && native.contains("Use tabs.") && native.contains("call `finish`"));
+        assert!(!native.contains("<bash>"), "{native}");
     }
 }

@@ -12,9 +12,15 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::EpisodeLimits;
-use crate::llm::{estimate_tokens, ChatMessage, ChatRequest, FinishReason, ModelBackend, Role, SamplingParams};
+use crate::llm::{
+    estimate_tokens, ChatMessage, ChatRequest, ChatResponse, FinishReason, ModelBackend, Role, SamplingParams,
+    ToolDefinition,
+};
 use crate::protocol::{ApprovalDecision, ApprovalMode, EndReason, Event, Op, TokenUsage};
-use crate::tools::{parse_actions, Action, ToolSpecs};
+use crate::tools::{
+    no_native_call_error, parse_actions, parse_native_call, untagged_json_calls, unwrap_observation, Action,
+    ActionParseError, ToolFormat, ToolSpecs,
+};
 
 use super::executor::ToolExecutor;
 use super::trajectory::{EpisodeEndRecord, EpisodeStart, ObservationRecord, TrajectoryWriter, TurnRecord};
@@ -35,6 +41,9 @@ pub struct SessionConfig {
     pub container: String,
     /// Where to write the JSONL trajectory.
     pub trajectory: Option<PathBuf>,
+    /// The resolved action format: [`ToolFormat::Native`] sends the tools as JSON schemas
+    /// and answers each call with a tool message; anything else is the text format.
+    pub tool_format: ToolFormat,
 }
 
 /// How a session ended.
@@ -93,6 +102,12 @@ impl Flags {
     }
 }
 
+/// One action of a reply and, in the native format, the id of the call it answers.
+struct PlannedCall {
+    call_id: Option<String>,
+    action: Result<Action, ActionParseError>,
+}
+
 /// How the work on one user turn ended.
 enum TaskEnd {
     Finished(String),
@@ -104,6 +119,8 @@ struct Session {
     cfg: SessionConfig,
     model: Arc<dyn ModelBackend>,
     specs: ToolSpecs,
+    /// The tools offered natively (empty in the text format).
+    tools: Vec<ToolDefinition>,
     executor: ToolExecutor,
     ops: UnboundedReceiver<Op>,
     events: UnboundedSender<Event>,
@@ -139,11 +156,13 @@ impl Session {
             }
         };
         let started = Instant::now();
+        let tools = if cfg.tool_format == ToolFormat::Native { specs.definitions() } else { Vec::new() };
         Session {
             deadline: started + Duration::from_secs(cfg.limits.wall_clock_secs.max(1)),
             cfg,
             model,
             specs,
+            tools,
             executor,
             ops,
             events,
@@ -316,7 +335,10 @@ impl Session {
                 total: self.usage,
                 decode_tokens_per_sec: response.decode_tokens_per_sec,
             });
-            self.messages.push(ChatMessage::new(Role::Assistant, response.text.clone()));
+            self.messages.push(ChatMessage {
+                tool_calls: response.tool_calls.clone(),
+                ..ChatMessage::new(Role::Assistant, response.text.clone())
+            });
             let mut record = TurnRecord {
                 turn,
                 user,
@@ -330,21 +352,32 @@ impl Session {
                 loss_mask: response.completion_token_ids.as_ref().map(|ids| vec![1; ids.len()]),
                 completion_token_ids: response.completion_token_ids.clone(),
                 prompt_token_ids: response.prompt_token_ids.clone(),
+                tool_calls: response.tool_calls.clone(),
             };
             if response.finish_reason == FinishReason::Cancelled || self.flags.any() {
                 self.writer.turn(&record);
+                self.answer_unrun_calls(&response, "the call did not run: the reply was interrupted");
                 return self.flags_end().unwrap_or(TaskEnd::Interrupted);
             }
-            let parsed = parse_actions(&response.text, &self.specs);
-            record.actions = parsed.actions.clone();
-            record.parse_errors = parsed.errors.clone();
-            for err in &parsed.errors {
+            let (planned, loose_errors) = self.plan_calls(&response, turn);
+            record.actions = planned.iter().filter_map(|p| p.action.as_ref().ok().cloned()).collect();
+            record.parse_errors = planned.iter().filter_map(|p| p.action.as_ref().err().cloned()).collect();
+            record.parse_errors.extend(loose_errors.iter().cloned());
+            for err in &record.parse_errors {
                 self.emit(Event::ParseError { turn, message: err.message.clone() });
             }
-            if parsed.actions.is_empty() {
+            if record.actions.is_empty() {
                 self.parse_failures += 1;
-                let obs: Vec<String> = parsed.errors.iter().map(|e| e.to_observation()).collect();
-                self.messages.push(ChatMessage::new(Role::User, obs.join("\n\n")));
+                let mut observations = Vec::new();
+                for call in &planned {
+                    if let Err(e) = &call.action {
+                        self.push_observation(call.call_id.as_deref(), e.to_observation(), &mut observations);
+                    }
+                }
+                observations.extend(loose_errors.iter().map(ActionParseError::to_observation));
+                if !observations.is_empty() {
+                    self.messages.push(ChatMessage::new(Role::User, observations.join("\n\n")));
+                }
                 self.writer.turn(&record);
                 if self.parse_failures >= self.cfg.limits.max_parse_failures {
                     return TaskEnd::Stopped(EndReason::ParseFailures);
@@ -354,11 +387,26 @@ impl Session {
             self.parse_failures = 0;
             let mut observations: Vec<String> = Vec::new();
             let mut end = None;
-            for (i, action) in parsed.actions.iter().enumerate() {
-                let call_id = format!("{turn}.{}", i + 1);
-                match self.run_action(&call_id, action).await {
+            let mut ran = 0;
+            let mut action_index = 0;
+            for call in &planned {
+                ran += 1;
+                let action = match &call.action {
+                    Ok(action) => action,
+                    Err(e) => {
+                        self.push_observation(call.call_id.as_deref(), e.to_observation(), &mut observations);
+                        continue;
+                    }
+                };
+                action_index += 1;
+                let event_id = format!("{turn}.{action_index}");
+                match self.run_action(&event_id, action).await {
                     Ok((obs, finish)) => {
-                        observations.push(obs.observation.clone());
+                        let text = match call.call_id {
+                            Some(_) => unwrap_observation(&obs.tool, &obs.observation).to_string(),
+                            None => obs.observation.clone(),
+                        };
+                        self.push_observation(call.call_id.as_deref(), text, &mut observations);
                         record.observations.push(obs);
                         if let Some(msg) = finish {
                             end = Some(TaskEnd::Finished(msg));
@@ -376,7 +424,13 @@ impl Session {
                     }
                 }
             }
-            observations.extend(parsed.errors.iter().map(|e| e.to_observation()));
+            // Every native call gets an answer, also those an earlier call stopped: APIs
+            // refuse a conversation with an unanswered call.
+            for call in planned.iter().skip(ran) {
+                let note = "<parse_error>\nthe call did not run: an earlier call ended the turn\n</parse_error>";
+                self.push_observation(call.call_id.as_deref(), note.to_string(), &mut Vec::new());
+            }
+            observations.extend(loose_errors.iter().map(ActionParseError::to_observation));
             if !observations.is_empty() {
                 self.messages.push(ChatMessage::new(Role::User, observations.join("\n\n")));
             }
@@ -384,6 +438,77 @@ impl Session {
             if let Some(end) = end {
                 return end;
             }
+        }
+    }
+
+    /// The actions of a reply in order. In the native format each gets the id of the call
+    /// it answers: the backend's structured calls when it returned any, else the calls
+    /// found in the text (`<tool_call>` JSON, or tags) with ids made here. Errors that
+    /// belong to no call come second.
+    fn plan_calls(&self, response: &ChatResponse, turn: u32) -> (Vec<PlannedCall>, Vec<ActionParseError>) {
+        let native = self.cfg.tool_format == ToolFormat::Native;
+        if native && !response.tool_calls.is_empty() {
+            let planned = response
+                .tool_calls
+                .iter()
+                .map(|c| PlannedCall {
+                    call_id: Some(c.id.clone()),
+                    action: parse_native_call(&c.name, &c.arguments, &self.specs),
+                })
+                .collect();
+            return (planned, Vec::new());
+        }
+        let mut parsed = parse_actions(&response.text, &self.specs);
+        // A native reply without `<tool_call>` tags may still hold the call's JSON object.
+        let no_call_here = parsed.actions.is_empty()
+            && parsed.errors.iter().all(|e| e.tool.is_none())
+            && !response.text.contains("<tool_call>");
+        if native && no_call_here {
+            let untagged = untagged_json_calls(&response.text, &self.specs);
+            if !untagged.is_empty() {
+                let planned = untagged
+                    .into_iter()
+                    .enumerate()
+                    .map(|(i, action)| PlannedCall { call_id: Some(format!("call_{turn}_{}", i + 1)), action })
+                    .collect();
+                return (planned, Vec::new());
+            }
+        }
+        let planned: Vec<PlannedCall> = parsed
+            .actions
+            .into_iter()
+            .enumerate()
+            .map(|(i, action)| PlannedCall {
+                call_id: native.then(|| format!("call_{turn}_{}", i + 1)),
+                action: Ok(action),
+            })
+            .collect();
+        let mut errors = std::mem::take(&mut parsed.errors);
+        // A native reply with no call at all gets the native format's own explanation,
+        // not the text format's (which would teach the model the wrong syntax).
+        if native && no_call_here {
+            errors = vec![no_native_call_error(&self.specs)];
+        }
+        (planned, errors)
+    }
+
+    /// Adds a call's result: a tool message in the native format, else one part of the
+    /// next user message.
+    fn push_observation(&mut self, call_id: Option<&str>, text: String, text_observations: &mut Vec<String>) {
+        match call_id {
+            Some(id) => self.messages.push(ChatMessage::tool_result(id, text)),
+            None => text_observations.push(text),
+        }
+    }
+
+    /// Answers the structured calls of a reply that will not run (the reply was cut off),
+    /// so the conversation stays valid for APIs that require an answer to every call.
+    fn answer_unrun_calls(&mut self, response: &ChatResponse, why: &str) {
+        if self.cfg.tool_format != ToolFormat::Native {
+            return;
+        }
+        for call in &response.tool_calls {
+            self.messages.push(ChatMessage::tool_result(call.id.clone(), why));
         }
     }
 
@@ -494,6 +619,7 @@ impl Session {
                 temperature: self.cfg.limits.temperature,
                 ..Default::default()
             },
+            tools: self.tools.clone(),
         }
     }
 
@@ -508,7 +634,7 @@ impl Session {
         while size(&self.messages, &self.cfg.system_prompt) > budget {
             // Never elide the first user message (the task) or the latest observation.
             while i + 1 < self.messages.len()
-                && (self.messages[i].role != Role::User || self.messages[i].content == ELIDED)
+                && (!matches!(self.messages[i].role, Role::User | Role::Tool) || self.messages[i].content == ELIDED)
             {
                 i += 1;
             }

@@ -6,7 +6,7 @@ use std::path::Path;
 
 use serde::Serialize;
 
-use crate::llm::ChatMessage;
+use crate::llm::{ChatMessage, ToolCall};
 use crate::protocol::{EndReason, TokenUsage};
 use crate::tools::{Action, ActionParseError};
 
@@ -55,6 +55,9 @@ pub struct TurnRecord {
     /// 1 for each model-generated token of `completion_token_ids`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub loss_mask: Option<Vec<u8>>,
+    /// Native tool calls the backend returned as structured data (APIs, mistral.rs).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tool_calls: Vec<ToolCall>,
 }
 
 /// Last line of a trajectory.

@@ -48,6 +48,10 @@ pub struct AgentOutcome {
     pub duration: Duration,
     pub usage: TokenUsage,
     pub turns: u32,
+    /// Turns whose reply had a parse error.
+    pub parse_error_turns: u32,
+    /// The action format used (`native`/`text`; empty for the oracle).
+    pub tool_format: String,
     /// Why the episode ended (ours) or the solution's exit status (oracle).
     pub ended: String,
 }
@@ -166,14 +170,18 @@ async fn ours(
         Ok(s) => s,
         Err(e) => return failed(FailureMode::AgentError, e.to_string()),
     };
+    let tool_format = match config.tool_format.resolve(&model.name(), model.native_tools()) {
+        Ok(f) => f,
+        Err(e) => return failed(FailureMode::AgentError, e),
+    };
     let mut limits = config.episode.clone();
     limits.wall_clock_secs = task.agent_timeout.as_secs_f64().ceil() as u64;
     let session_cfg = SessionConfig {
         limits,
         approval: ApprovalMode::Auto,
         system_prompt: match &config.system_prompt {
-            Some(template) => render_system_prompt(template, &specs, shell.cwd(), None),
-            None => system_prompt(&specs, shell.cwd(), None),
+            Some(template) => render_system_prompt(template, &specs, shell.cwd(), None, tool_format),
+            None => system_prompt(&specs, shell.cwd(), None, tool_format),
         },
         end_after_first_task: true,
         run_id: run_id.to_string(),
@@ -182,6 +190,7 @@ async fn ours(
         image: sandbox.image().to_string(),
         container: sandbox.name().to_string(),
         trajectory: Some(trial_dir.join("trajectory.jsonl")),
+        tool_format,
     };
     let executor = ToolExecutor::new(
         shell,
@@ -196,6 +205,7 @@ async fn ours(
     let hard_deadline = tokio::time::sleep(task.agent_timeout + Duration::from_secs(30));
     tokio::pin!(hard_deadline);
     let mut end: Option<(EndReason, u32, TokenUsage)> = None;
+    let mut parse_error_turns = std::collections::BTreeSet::new();
     let mut last_error: Option<String> = None;
     let mut forced = false;
     loop {
@@ -208,6 +218,9 @@ async fn ours(
                     match ev {
                         Event::EpisodeEnd { reason, turns, usage, .. } => end = Some((reason, turns, usage)),
                         Event::Error { message, .. } => last_error = Some(message),
+                        Event::ParseError { turn, .. } => {
+                            parse_error_turns.insert(turn);
+                        }
                         _ => {}
                     }
                 }
@@ -245,5 +258,13 @@ async fn ours(
         EndReason::Error => Some((FailureMode::AgentError, last_error.unwrap_or_else(|| "the episode failed".into()))),
         _ => None,
     };
-    AgentOutcome { failure, duration: Duration::ZERO, usage, turns, ended: reason.describe().to_string() }
+    AgentOutcome {
+        failure,
+        duration: Duration::ZERO,
+        usage,
+        turns,
+        parse_error_turns: u32::try_from(parse_error_turns.len()).unwrap_or(u32::MAX),
+        tool_format: tool_format.to_string(),
+        ended: reason.describe().to_string(),
+    }
 }

@@ -36,6 +36,19 @@ pub fn summary_table(r: &ResultsFile, wall_secs: Option<f64>) -> String {
         s.trial_secs_mean,
         wall_secs.map(|w| format!(", wall {w:.1} s")).unwrap_or_default()
     );
+    if s.turns > 0 {
+        let formats: std::collections::BTreeSet<&str> =
+            r.trials.iter().map(|t| t.tool_format.as_str()).filter(|f| !f.is_empty()).collect();
+        let formats: Vec<&str> = formats.into_iter().collect();
+        let _ = writeln!(
+            o,
+            "  turns: {}   with a parse error: {} ({:.1}% of turns)   tool format: {}",
+            s.turns,
+            s.parse_error_turns,
+            s.parse_error_rate * 100.0,
+            if formats.is_empty() { "-".to_string() } else { formats.join(", ") }
+        );
+    }
     let _ = writeln!(o, "  per task:");
     let mut per_task: BTreeMap<&str, Vec<&super::results::TrialRecord>> = BTreeMap::new();
     for t in &r.trials {
@@ -230,6 +243,8 @@ mod tests {
             category: None,
             usage: Default::default(),
             turns: 0,
+            parse_error_turns: 0,
+            tool_format: String::new(),
             agent_ended: String::new(),
             timings: Timings { total_secs: 1.5, ..Default::default() },
             started_at_unix_ms: 0,

@@ -80,6 +80,12 @@ pub struct TrialRecord {
     pub usage: TokenUsage,
     #[serde(default)]
     pub turns: u32,
+    /// Turns whose reply had a parse error (a malformed call, or no call at all).
+    #[serde(default)]
+    pub parse_error_turns: u32,
+    /// The action format the agent used (`native` or `text`; empty for the oracle).
+    #[serde(default)]
+    pub tool_format: String,
     #[serde(default)]
     pub agent_ended: String,
     pub timings: Timings,
@@ -179,6 +185,8 @@ mod tests {
             category: None,
             usage: TokenUsage::default(),
             turns: 0,
+            parse_error_turns: 0,
+            tool_format: String::new(),
             agent_ended: String::new(),
             timings: Timings::default(),
             started_at_unix_ms: 1,

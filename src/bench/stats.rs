@@ -34,6 +34,15 @@ pub struct Summary {
     /// Sum of the trials' wall times.
     pub trial_secs_total: f64,
     pub trial_secs_mean: f64,
+    /// Model turns in all trials.
+    #[serde(default)]
+    pub turns: u64,
+    /// Turns whose reply had a parse error.
+    #[serde(default)]
+    pub parse_error_turns: u64,
+    /// `parse_error_turns / turns` (0 without turns).
+    #[serde(default)]
+    pub parse_error_rate: f64,
 }
 
 /// The unbiased estimator of pass@k for one task with `n` trials of which `c`
@@ -103,6 +112,11 @@ pub fn summarise(trials: &[TrialRecord]) -> Summary {
         *s.verified_by.entry(v).or_default() += 1;
         s.tokens.add(t.usage);
         s.trial_secs_total += t.timings.total_secs;
+        s.turns += u64::from(t.turns);
+        s.parse_error_turns += u64::from(t.parse_error_turns);
+    }
+    if s.turns > 0 {
+        s.parse_error_rate = s.parse_error_turns as f64 / s.turns as f64;
     }
     s.n_tasks = per_task.len();
     if s.n_trials > 0 {
@@ -138,6 +152,8 @@ mod tests {
             category: Some(if task == "a" { "x" } else { "y" }.into()),
             usage: TokenUsage { prompt_tokens: 10, completion_tokens: 1 },
             turns: 1,
+            parse_error_turns: 0,
+            tool_format: String::new(),
             agent_ended: String::new(),
             timings: Timings { total_secs: 2.0, ..Default::default() },
             started_at_unix_ms: 0,

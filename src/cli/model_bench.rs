@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use anyhow::Context;
 
 use agent::llm::{run_speed_bench, CallStats, ModelSpec, ResolveOptions, SpeedBenchOptions, SpeedReport};
-use agent::tools::ToolSpecs;
+use agent::tools::{ToolFormat, ToolSpecs};
 
 /// Arguments of `agent model bench`.
 #[derive(Debug, clap::Args)]
@@ -30,6 +30,11 @@ pub struct BenchArgs {
     /// reference script, which must send the very same text).
     #[arg(long)]
     pub print_prompt: bool,
+    /// The episode's action format: `text` (the system prompt explains the tags; what the
+    /// llama.cpp reference script replays) or `native` (tools as JSON schemas through the
+    /// model's chat template).
+    #[arg(long, default_value = "text", value_parser = clap::value_parser!(ToolFormat))]
+    pub tool_format: ToolFormat,
     #[command(flatten)]
     pub local: super::LocalArgs,
 }
@@ -42,7 +47,9 @@ const INSTRUCTION: &str = "Create a file called hello.txt in the current directo
 pub async fn run(args: BenchArgs) -> anyhow::Result<u8> {
     let spec = ModelSpec::parse(&args.model)?;
     let specs = ToolSpecs::builtin()?;
-    let system_prompt = agent::agent::system_prompt(&specs, "/app", None);
+    let native = args.tool_format == ToolFormat::Native;
+    let format = if native { ToolFormat::Native } else { ToolFormat::Text };
+    let system_prompt = agent::agent::system_prompt(&specs, "/app", None, format);
     if args.print_prompt {
         println!("{}", serde_json::json!({ "system_prompt": system_prompt, "instruction": INSTRUCTION }));
         return Ok(0);
@@ -62,6 +69,7 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<u8> {
         reply_tokens: 48,
         decode_tokens: args.decode_tokens,
         prompt_words: args.prompt_words,
+        tools: if native { specs.definitions() } else { Vec::new() },
     };
     let mut progress = |line: &str| eprintln!("  {line}");
     let report = run_speed_bench(&spec, &resolve, &opts, &mut progress).await?;

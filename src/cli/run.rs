@@ -12,7 +12,7 @@ use agent::llm::{resolve_model, ModelSpec, ResolveOptions};
 use agent::protocol::{ApprovalMode, EndReason, Op};
 use agent::sandbox::{self, ContainerConfig, Sandbox, Shell};
 use agent::task::Task;
-use agent::tools::ToolSpecs;
+use agent::tools::{ToolFormat, ToolSpecs};
 
 use super::print::Printer;
 use super::signals::Signals;
@@ -45,6 +45,10 @@ pub struct RunArgs {
     /// Run the container without network access.
     #[arg(long)]
     pub no_network: bool,
+    /// Action format: `auto` (native tool calls where the model supports them), `native`
+    /// or `text` (XML tags with YAML bodies). Default: the config's, else auto.
+    #[arg(long, value_name = "FORMAT", value_parser = clap::value_parser!(ToolFormat))]
+    pub tool_format: Option<ToolFormat>,
     /// Local model settings.
     #[command(flatten)]
     pub local: super::LocalArgs,
@@ -75,6 +79,11 @@ pub async fn run(args: RunArgs, config: Config) -> anyhow::Result<u8> {
     let resolve =
         ResolveOptions { api_key_env: config.api_key_env.clone(), local: args.local.options(), progress: !args.json };
     let model = resolve_model(&spec, &resolve).await?;
+    let tool_format = args
+        .tool_format
+        .unwrap_or(config.tool_format)
+        .resolve(&model.name(), model.native_tools())
+        .map_err(|e| anyhow::anyhow!(e))?;
     if let Ok(removed) = sandbox::prune(&docker, sandbox::PruneScope::Orphaned).await {
         if !removed.is_empty() {
             printer.notice(&format!("removed {} container(s) left by crashed runs", removed.len()));
@@ -150,7 +159,7 @@ pub async fn run(args: RunArgs, config: Config) -> anyhow::Result<u8> {
         .clone()
         .or_else(|| dirs::data_dir().map(|d| d.join("agent").join("trajectories").join(format!("{episode_id}.jsonl"))));
     let specs = ToolSpecs::builtin()?;
-    let prompt = system_prompt(&specs, shell.cwd(), None);
+    let prompt = system_prompt(&specs, shell.cwd(), None, tool_format);
     let executor = ToolExecutor::new(
         shell,
         Duration::from_secs(config.sandbox.command_timeout_secs),
@@ -167,6 +176,7 @@ pub async fn run(args: RunArgs, config: Config) -> anyhow::Result<u8> {
         image: sandbox.image().to_string(),
         container: sandbox.name().to_string(),
         trajectory: trajectory.clone(),
+        tool_format,
     };
     let mut handle = spawn_session(session_cfg, model, specs, executor);
     let _ = handle.ops.send(Op::UserTurn { text: instruction });

@@ -14,7 +14,7 @@ use agent::config::Config;
 use agent::llm::{resolve_model, ModelSpec, ResolveOptions};
 use agent::protocol::ApprovalMode;
 use agent::sandbox::{self, ContainerConfig, Sandbox, Shell};
-use agent::tools::ToolSpecs;
+use agent::tools::{ToolFormat, ToolSpecs};
 use agent::tui::{popup, store, AppConfig, TuiContext};
 
 use super::signals::Signals;
@@ -37,6 +37,10 @@ pub struct TuiArgs {
     /// Run the container without network access.
     #[arg(long)]
     pub no_network: bool,
+    /// Action format: `auto` (native tool calls where the model supports them), `native`
+    /// or `text`. Default: the config's, else auto.
+    #[arg(long, value_name = "FORMAT", value_parser = clap::value_parser!(ToolFormat))]
+    pub tool_format: Option<ToolFormat>,
 }
 
 /// `--approval` values.
@@ -90,6 +94,9 @@ pub async fn run(args: TuiArgs, config: Config, local: agent::llm::LocalModelOpt
     let resolve = ResolveOptions { api_key_env: config.api_key_env.clone(), local, progress: true };
     say(&format!("● loading the model {spec_text}"));
     let model = resolve_model(&spec, &resolve).await?;
+    let tool_format = args.tool_format.unwrap_or(config.tool_format);
+    // Refused here, before the UI opens; a later `/model` switch falls back to text.
+    tool_format.resolve(&model.name(), model.native_tools()).map_err(|e| anyhow::anyhow!(e))?;
     let _ = sandbox::prune(&docker, sandbox::PruneScope::Orphaned).await;
 
     say("● starting the sandbox");
@@ -132,7 +139,8 @@ pub async fn run(args: TuiArgs, config: Config, local: agent::llm::LocalModelOpt
     let result = async {
         let specs = ToolSpecs::builtin()?;
         let agents_md = std::fs::read_to_string(cwd.join("AGENTS.md")).ok();
-        let prompt = system_prompt(&specs, shell.cwd(), agents_md.as_deref());
+        let prompt = system_prompt(&specs, shell.cwd(), agents_md.as_deref(), ToolFormat::Text);
+        let native_prompt = system_prompt(&specs, shell.cwd(), agents_md.as_deref(), ToolFormat::Native);
         let executor = ToolExecutor::new(
             shell,
             Duration::from_secs(config.sandbox.command_timeout_secs),
@@ -155,6 +163,7 @@ pub async fn run(args: TuiArgs, config: Config, local: agent::llm::LocalModelOpt
             image: sandbox.image().to_string(),
             container: sandbox.name().to_string(),
             trajectory: None,
+            tool_format: ToolFormat::Text,
         };
         let ctx = TuiContext {
             docker: docker.clone(),
@@ -173,6 +182,8 @@ pub async fn run(args: TuiArgs, config: Config, local: agent::llm::LocalModelOpt
             sessions_dir: sessions_dir.clone(),
             resume,
             max_output: config.sandbox.max_output_bytes,
+            tool_format,
+            native_prompt,
         };
         // A panic inside the UI must still remove the container (the panic hook has
         // already restored the terminal by the time it is caught here).

@@ -37,16 +37,34 @@ pub struct JudgedTurn {
     /// Parse errors of the reply (malformed actions, or "no action found").
     #[serde(default)]
     pub parse_errors: Vec<serde_json::Value>,
+    /// Native tool calls the model returned as structured data (API models), which are
+    /// not in `assistant`.
+    #[serde(default)]
+    pub tool_calls: Vec<JudgedToolCall>,
+}
+
+/// A native tool call as the model made it.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+pub struct JudgedToolCall {
+    /// The tool's name.
+    pub name: String,
+    /// The arguments as the model wrote them.
+    #[serde(default)]
+    pub arguments: serde_json::Value,
 }
 
 impl JudgedTurn {
     /// Malformed actions: attempts at a tool call that did not parse. A reply with no
-    /// action at all also carries a parse error (the parser's "no action found"), which
-    /// is not an attempt.
+    /// action at all also carries a parse error (the parser's "no action found", or the
+    /// native format's "your reply called no tool"), which is not an attempt.
     pub fn malformed_actions(&self) -> usize {
         self.parse_errors
             .iter()
-            .filter(|e| !e["message"].as_str().is_some_and(|m| m.starts_with("no action found")))
+            .filter(|e| {
+                !e["message"]
+                    .as_str()
+                    .is_some_and(|m| m.starts_with("no action found") || m.starts_with("your reply called no tool"))
+            })
             .count()
     }
 }

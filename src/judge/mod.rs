@@ -153,6 +153,7 @@ impl Judge {
                     seed: Some(sample.wrapping_mul(1_000_003).wrapping_add(u64::from(attempt))),
                     ..Default::default()
                 },
+                tools: Vec::new(),
             };
             let cancel = CancellationToken::new();
             let mut ignore_deltas = |_: &str| {};

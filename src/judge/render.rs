@@ -55,11 +55,14 @@ fn call_line(call: &JudgedCall) -> String {
 pub fn render_transcript(episode: &JudgedEpisode, limits: RenderLimits) -> String {
     let mut out = String::new();
     for (i, turn) in episode.turns.iter().enumerate() {
-        out.push_str(&format!(
-            "### Turn {}\nAgent:\n{}\n",
-            i + 1,
-            cut_middle(turn.assistant.trim(), limits.reply_chars)
-        ));
+        // Structured native calls (API models) are not in the reply's text; they are shown
+        // as the model's own `<tool_call>` lines so both formats read alike.
+        let mut reply = turn.assistant.trim().to_string();
+        for call in &turn.tool_calls {
+            let json = serde_json::json!({"name": call.name, "arguments": call.arguments});
+            reply.push_str(&format!("\n<tool_call>{json}</tool_call>"));
+        }
+        out.push_str(&format!("### Turn {}\nAgent:\n{}\n", i + 1, cut_middle(reply.trim(), limits.reply_chars)));
         let malformed = turn.malformed_actions();
         if malformed > 0 {
             out.push_str(&format!("(this reply had {malformed} malformed tool call(s))\n"));
@@ -128,8 +131,9 @@ mod tests {
                         timed_out: false,
                     }],
                     parse_errors: vec![],
+                    tool_calls: vec![],
                 },
-                JudgedTurn { assistant: "I am done.".into(), calls: vec![], parse_errors: vec![] },
+                JudgedTurn { assistant: "I am done.".into(), calls: vec![], parse_errors: vec![], tool_calls: vec![] },
             ],
             end_reason: Some("finished".into()),
             finish_message: Some("done".into()),
@@ -140,5 +144,19 @@ mod tests {
         assert!(text.contains("(no tool call in this reply)"));
         assert!(text.len() < 2500);
         assert_eq!(render_ending(&episode), "the agent called `finish`; its final message: done");
+    }
+
+    #[test]
+    fn structured_native_calls_read_like_the_models_own() {
+        let line = r#"{"type":"turn","turn":1,"user":{"role":"user","content":"t"},"assistant":"","actions":[],"parse_errors":[],"observations":[{"tool":"bash","args":{"cmd":"ls"},"observation":"a","exit_code":0}],"tool_calls":[{"id":"c1","name":"bash","arguments":{"cmd":"ls"}}]}"#;
+        let episode = JudgedEpisode::from_trajectory(line).unwrap();
+        let text = render_transcript(&episode, RenderLimits::default());
+        assert!(
+            text.contains("Agent:\n<tool_call>{\"arguments\":{\"cmd\":\"ls\"},\"name\":\"bash\"}</tool_call>\n")
+                || text.contains("Agent:\n<tool_call>{\"name\":\"bash\",\"arguments\":{\"cmd\":\"ls\"}}</tool_call>\n"),
+            "{text}"
+        );
+        assert!(text.contains("Tool [bash cmd=ls] (exit 0):"), "{text}");
+        assert_eq!(episode.facts().valid_calls, 1);
     }
 }

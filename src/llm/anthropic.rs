@@ -9,7 +9,9 @@ use rand::Rng;
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
-use super::{ChatRequest, ChatResponse, FinishReason, LlmError, ModelBackend, Role};
+use std::collections::HashSet;
+
+use super::{ChatMessage, ChatRequest, ChatResponse, FinishReason, LlmError, ModelBackend, Role, ToolCall};
 use crate::protocol::TokenUsage;
 
 /// The API version this client speaks.
@@ -89,21 +91,21 @@ impl AnthropicBackend {
     fn body(&self, request: &ChatRequest) -> serde_json::Value {
         let system: Vec<&str> =
             request.messages.iter().filter(|m| m.role == Role::System).map(|m| m.content.as_str()).collect();
-        let messages: Vec<serde_json::Value> = request
-            .messages
-            .iter()
-            .filter(|m| m.role != Role::System)
-            .map(|m| {
-                let role = if m.role == Role::Assistant { "assistant" } else { "user" };
-                json!({ "role": role, "content": m.content })
-            })
-            .collect();
+        let messages = wire_messages(&request.messages);
         let s = &request.sampling;
         let mut body = json!({
             "model": self.cfg.model,
             "max_tokens": s.max_tokens.unwrap_or(self.cfg.default_max_tokens),
             "messages": messages,
         });
+        if !request.tools.is_empty() {
+            let tools: Vec<serde_json::Value> = request
+                .tools
+                .iter()
+                .map(|t| json!({"name": t.name, "description": t.description, "input_schema": t.parameters}))
+                .collect();
+            body["tools"] = json!(tools);
+        }
         if !system.is_empty() {
             body["system"] = json!(system.join("\n\n"));
         }
@@ -169,13 +171,63 @@ impl AnthropicBackend {
     }
 }
 
+/// The conversation as the Messages API takes it: roles alternate (consecutive messages of
+/// one side become one message of content blocks), assistant tool calls are `tool_use`
+/// blocks and their results `tool_result` blocks in the next user message. A result of a
+/// call the API never saw as structured data goes as text.
+fn wire_messages(messages: &[ChatMessage]) -> Vec<serde_json::Value> {
+    let mut out: Vec<(&'static str, Vec<serde_json::Value>)> = Vec::new();
+    let mut known_ids: HashSet<&str> = HashSet::new();
+    for m in messages.iter().filter(|m| m.role != Role::System) {
+        let role = if m.role == Role::Assistant { "assistant" } else { "user" };
+        let mut blocks = Vec::new();
+        match (m.role, m.tool_call_id.as_deref()) {
+            (Role::Tool, Some(id)) if known_ids.contains(id) => {
+                blocks.push(json!({"type": "tool_result", "tool_use_id": id, "content": m.content}));
+            }
+            (Role::Tool, _) => {
+                blocks
+                    .push(json!({"type": "text", "text": format!("<tool_response>\n{}\n</tool_response>", m.content)}));
+            }
+            _ => {
+                if !m.content.is_empty() {
+                    blocks.push(json!({"type": "text", "text": m.content}));
+                }
+                for call in &m.tool_calls {
+                    known_ids.insert(&call.id);
+                    let input = if call.arguments.is_object() { call.arguments.clone() } else { json!({}) };
+                    blocks.push(json!({"type": "tool_use", "id": call.id, "name": call.name, "input": input}));
+                }
+            }
+        }
+        if blocks.is_empty() {
+            // The API refuses empty content; an empty reply still keeps the turn order.
+            blocks.push(json!({"type": "text", "text": "(empty)"}));
+        }
+        match out.last_mut() {
+            Some((last, content)) if *last == role => content.extend(blocks),
+            _ => out.push((role, blocks)),
+        }
+    }
+    out.into_iter().map(|(role, content)| json!({"role": role, "content": content})).collect()
+}
+
 /// Reads a Messages API response body.
 fn parse_response(text: &str) -> Result<ChatResponse, String> {
     let v: serde_json::Value = serde_json::from_str(text).map_err(|e| format!("not JSON: {e}"))?;
     let content = v["content"].as_array().ok_or("no `content` array")?;
     let text: String = content.iter().filter(|c| c["type"] == "text").filter_map(|c| c["text"].as_str()).collect();
+    let tool_calls = content
+        .iter()
+        .filter(|c| c["type"] == "tool_use")
+        .map(|c| ToolCall {
+            id: c["id"].as_str().unwrap_or_default().to_string(),
+            name: c["name"].as_str().unwrap_or_default().to_string(),
+            arguments: c["input"].clone(),
+        })
+        .collect();
     let finish_reason = match v["stop_reason"].as_str() {
-        Some("end_turn") | Some("stop_sequence") => FinishReason::Stop,
+        Some("end_turn") | Some("stop_sequence") | Some("tool_use") => FinishReason::Stop,
         Some("max_tokens") => FinishReason::Length,
         _ => FinishReason::Other,
     };
@@ -190,6 +242,7 @@ fn parse_response(text: &str) -> Result<ChatResponse, String> {
         completion_token_ids: None,
         prompt_token_ids: None,
         decode_tokens_per_sec: None,
+        tool_calls,
     })
 }
 
@@ -197,6 +250,10 @@ fn parse_response(text: &str) -> Result<ChatResponse, String> {
 impl ModelBackend for AnthropicBackend {
     fn name(&self) -> String {
         self.cfg.model.clone()
+    }
+
+    fn native_tools(&self) -> bool {
+        true
     }
 
     async fn chat(
@@ -254,6 +311,35 @@ mod tests {
         assert_eq!(r.finish_reason, FinishReason::Stop);
         assert_eq!(r.usage.prompt_tokens, 12);
         assert!(parse_response("{}").unwrap_err().contains("content"));
+        let body = r#"{"content":[{"type":"text","text":"Listing."},{"type":"tool_use","id":"tu1","name":"bash","input":{"cmd":"ls"}}],"stop_reason":"tool_use","usage":{}}"#;
+        let r = parse_response(body).unwrap();
+        assert_eq!(r.finish_reason, FinishReason::Stop);
+        assert_eq!(
+            r.tool_calls,
+            vec![ToolCall { id: "tu1".into(), name: "bash".into(), arguments: serde_json::json!({"cmd": "ls"}) }]
+        );
+    }
+
+    #[test]
+    fn tool_calls_and_results_become_blocks_in_alternating_turns() {
+        let call = ToolCall { id: "tu1".into(), name: "bash".into(), arguments: serde_json::json!({"cmd": "ls"}) };
+        let messages = wire_messages(&[
+            ChatMessage::new(Role::System, "s"),
+            ChatMessage::new(Role::User, "go"),
+            ChatMessage { tool_calls: vec![call], ..ChatMessage::new(Role::Assistant, "Listing.") },
+            ChatMessage::tool_result("tu1", "a.txt"),
+            ChatMessage::new(Role::User, "<parse_error>…</parse_error>"),
+            ChatMessage::new(Role::Assistant, "<tool_call>{}</tool_call>"),
+            ChatMessage::tool_result("call_3_1", "b.txt"),
+        ]);
+        assert_eq!(messages.len(), 5);
+        assert_eq!(messages[1]["content"][1]["type"], "tool_use");
+        assert_eq!(messages[1]["content"][1]["input"]["cmd"], "ls");
+        assert_eq!(messages[2]["role"], "user");
+        assert_eq!(messages[2]["content"][0]["type"], "tool_result");
+        assert_eq!(messages[2]["content"][0]["tool_use_id"], "tu1");
+        assert_eq!(messages[2]["content"][1]["type"], "text");
+        assert_eq!(messages[4]["content"][0]["text"], "<tool_response>\nb.txt\n</tool_response>");
     }
 
     #[test]
@@ -264,6 +350,7 @@ mod tests {
         let req = ChatRequest {
             messages: vec![ChatMessage::new(Role::System, "be fair"), ChatMessage::new(Role::User, "judge")],
             sampling: SamplingParams { temperature: Some(0.2), ..Default::default() },
+            tools: vec![],
         };
         let body = b.body(&req);
         assert_eq!(body["system"], "be fair");

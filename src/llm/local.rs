@@ -12,7 +12,9 @@ use mistralrs::{
 };
 use tokio_util::sync::CancellationToken;
 
-use super::{estimate_tokens, CallStats, ChatRequest, ChatResponse, FinishReason, LlmError, ModelBackend, Role};
+use super::{
+    estimate_tokens, CallStats, ChatRequest, ChatResponse, FinishReason, LlmError, ModelBackend, Role, ToolCall,
+};
 use crate::protocol::TokenUsage;
 
 /// Which inference engine runs a local model.
@@ -68,6 +70,8 @@ pub struct LocalBackend {
     model: Model,
     name: String,
     thinking: Option<bool>,
+    /// The model's chat template declares tools.
+    native_tools: bool,
     last_stats: Mutex<Option<CallStats>>,
     /// Ids of token-in requests, one per request.
     next_request: AtomicUsize,
@@ -125,6 +129,7 @@ impl LocalBackend {
             model,
             name,
             thinking: opts.thinking,
+            native_tools: path.is_dir() && template_declares_tools(path),
             last_stats: Mutex::new(None),
             next_request: AtomicUsize::new(0),
         })
@@ -228,6 +233,7 @@ impl LocalBackend {
             model,
             name: repo.to_string(),
             thinking: opts.thinking,
+            native_tools: hub_snapshots(repo).iter().any(|dir| template_declares_tools(dir)),
             last_stats: Mutex::new(None),
             next_request: AtomicUsize::new(0),
         })
@@ -252,8 +258,41 @@ impl LocalBackend {
                 Role::System => TextMessageRole::System,
                 Role::User => TextMessageRole::User,
                 Role::Assistant => TextMessageRole::Assistant,
+                Role::Tool => TextMessageRole::Tool,
             };
-            b = b.add_message(role, &m.content);
+            b = match (m.role, m.tool_call_id.as_deref()) {
+                (Role::Tool, Some(id)) => b.add_tool_message(&m.content, id),
+                // mistral.rs 0.8.1's `add_message_with_tool_call` files the calls under
+                // `function`, where chat templates never look; the calls go back as the
+                // Hermes-style text the model wrote instead (what Qwen templates print).
+                _ if !m.tool_calls.is_empty() => {
+                    let mut text = m.content.clone();
+                    for c in &m.tool_calls {
+                        let call = serde_json::json!({"name": c.name, "arguments": c.arguments});
+                        text.push_str(&format!("\n<tool_call>\n{call}\n</tool_call>"));
+                    }
+                    b.add_message(role, text.trim_start())
+                }
+                _ => b.add_message(role, &m.content),
+            };
+        }
+        if !request.tools.is_empty() {
+            let tools = request
+                .tools
+                .iter()
+                .map(|t| mistralrs::Tool {
+                    tp: mistralrs::ToolType::Function,
+                    function: mistralrs::Function {
+                        description: Some(t.description.clone()),
+                        name: t.name.clone(),
+                        parameters: t
+                            .parameters
+                            .as_object()
+                            .map(|o| o.iter().map(|(k, v)| (k.clone(), v.clone())).collect()),
+                    },
+                })
+                .collect();
+            b = b.set_tools(tools).set_tool_choice(mistralrs::ToolChoice::Auto);
         }
         let s = &request.sampling;
         // The deterministic sampler resets every sampling field (the max length too), so
@@ -332,6 +371,7 @@ impl ModelBackend for LocalBackend {
                 LlmError::Other(format!("mistral.rs rejected the request: {}", one_line(&e.to_string())))
             })?;
         let mut text = String::new();
+        let mut tool_calls: Vec<ToolCall> = Vec::new();
         let mut usage = None;
         let mut finish = FinishReason::Other;
         let mut first_token: Option<Instant> = None;
@@ -363,6 +403,14 @@ impl ModelBackend for LocalBackend {
                             first_token.get_or_insert_with(Instant::now);
                             text.push_str(piece);
                             on_delta(piece);
+                        }
+                        for call in choice.delta.tool_calls.iter().flatten() {
+                            tool_calls.push(ToolCall {
+                                id: call.id.clone(),
+                                name: call.function.name.clone(),
+                                arguments: serde_json::from_str(&call.function.arguments)
+                                    .unwrap_or_else(|_| serde_json::Value::String(call.function.arguments.clone())),
+                            });
                         }
                         if let Some(reason) = &choice.finish_reason {
                             finish = match reason.as_str() {
@@ -430,8 +478,36 @@ impl ModelBackend for LocalBackend {
             completion_token_ids: None,
             prompt_token_ids: None,
             decode_tokens_per_sec: decode_speed,
+            tool_calls,
         })
     }
+
+    fn native_tools(&self) -> bool {
+        self.native_tools
+    }
+}
+
+/// Whether the chat template of a model folder (`tokenizer_config.json`'s
+/// `chat_template`, or `chat_template.jinja`) renders tools.
+fn template_declares_tools(dir: &Path) -> bool {
+    let from_config = std::fs::read_to_string(dir.join("tokenizer_config.json"))
+        .ok()
+        .and_then(|text| serde_json::from_str::<serde_json::Value>(&text).ok())
+        .and_then(|config| config.get("chat_template").cloned())
+        .map(|t| t.to_string());
+    let from_file = std::fs::read_to_string(dir.join("chat_template.jinja")).ok();
+    [from_config, from_file].into_iter().flatten().any(|t| t.contains("tools"))
+}
+
+/// The snapshot folders of a Hugging Face repository in the local hub cache.
+fn hub_snapshots(repo: &str) -> Vec<PathBuf> {
+    let root = std::env::var_os("HF_HUB_CACHE")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HF_HOME").map(|h| PathBuf::from(h).join("hub")))
+        .or_else(|| dirs::home_dir().map(|h| h.join(".cache/huggingface/hub")));
+    let Some(root) = root else { return Vec::new() };
+    let snapshots = root.join(format!("models--{}", repo.replace('/', "--"))).join("snapshots");
+    std::fs::read_dir(snapshots).map(|d| d.flatten().map(|e| e.path()).collect()).unwrap_or_default()
 }
 
 /// A copy of the model folder `base` with the PEFT adapter in `adapter` merged in,

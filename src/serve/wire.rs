@@ -2,7 +2,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::llm::{ChatMessage, ChatRequest, Role, SamplingParams};
+use crate::llm::{ChatMessage, ChatRequest, Role, SamplingParams, ToolCall, ToolDefinition};
 
 /// `stop` may be one string or a list.
 #[derive(Debug, Clone, Deserialize)]
@@ -18,6 +18,44 @@ pub struct WireMessage {
     pub role: String,
     #[serde(default)]
     pub content: serde_json::Value,
+    /// An assistant message's native tool calls.
+    #[serde(default)]
+    pub tool_calls: Vec<WireToolCall>,
+    /// A tool message's call id.
+    #[serde(default)]
+    pub tool_call_id: Option<String>,
+}
+
+/// One tool call in OpenAI's shape (`arguments` is a JSON string, or an object).
+#[derive(Debug, Clone, Deserialize)]
+pub struct WireToolCall {
+    #[serde(default)]
+    pub id: String,
+    pub function: WireFunctionCall,
+}
+
+/// The function part of a [`WireToolCall`].
+#[derive(Debug, Clone, Deserialize)]
+pub struct WireFunctionCall {
+    pub name: String,
+    #[serde(default)]
+    pub arguments: serde_json::Value,
+}
+
+/// A tool offered by the client (`{"type": "function", "function": {...}}`).
+#[derive(Debug, Clone, Deserialize)]
+pub struct WireTool {
+    pub function: WireFunction,
+}
+
+/// The function part of a [`WireTool`].
+#[derive(Debug, Clone, Deserialize)]
+pub struct WireFunction {
+    pub name: String,
+    #[serde(default)]
+    pub description: String,
+    #[serde(default)]
+    pub parameters: serde_json::Value,
 }
 
 /// `POST /v1/chat/completions` body.
@@ -40,6 +78,9 @@ pub struct CompletionRequest {
     pub seed: Option<u64>,
     #[serde(default)]
     pub stop: Option<Stop>,
+    /// Tools for native tool calling, passed to the model's chat template.
+    #[serde(default)]
+    pub tools: Vec<WireTool>,
 }
 
 fn text_of(content: &serde_json::Value) -> String {
@@ -60,11 +101,30 @@ impl CompletionRequest {
         for (i, m) in self.messages.iter().enumerate() {
             let role = match m.role.as_str() {
                 "system" | "developer" => Role::System,
-                "user" | "tool" => Role::User,
+                "user" => Role::User,
+                "tool" => Role::Tool,
                 "assistant" => Role::Assistant,
                 other => return Err(format!("messages[{i}].role: unknown role `{other}`")),
             };
-            messages.push(ChatMessage::new(role, text_of(&m.content)));
+            let tool_calls = m
+                .tool_calls
+                .iter()
+                .map(|c| ToolCall {
+                    id: c.id.clone(),
+                    name: c.function.name.clone(),
+                    arguments: match &c.function.arguments {
+                        serde_json::Value::String(s) => {
+                            serde_json::from_str(s).unwrap_or_else(|_| serde_json::Value::String(s.clone()))
+                        }
+                        other => other.clone(),
+                    },
+                })
+                .collect();
+            messages.push(ChatMessage {
+                tool_calls,
+                tool_call_id: m.tool_call_id.clone(),
+                ..ChatMessage::new(role, text_of(&m.content))
+            });
         }
         if messages.is_empty() {
             return Err("messages: at least one message is needed".into());
@@ -84,6 +144,15 @@ impl CompletionRequest {
                 seed: self.seed,
                 stop,
             },
+            tools: self
+                .tools
+                .iter()
+                .map(|t| ToolDefinition {
+                    name: t.function.name.clone(),
+                    description: t.function.description.clone(),
+                    parameters: t.function.parameters.clone(),
+                })
+                .collect(),
         })
     }
 }

@@ -1,13 +1,15 @@
 //! Tools the model can call: declarative specs (`tools/*.yaml`), the action parser,
 //! argument validation, the generated prompt section, and the executors.
 
+mod format;
 mod parser;
 mod prompt;
 mod spec;
 mod validate;
 
+pub use format::{no_native_call_error, untagged_json_calls, unwrap_observation, ToolFormat};
 pub use parser::{parse_actions, parse_native_call, ParseOutcome, MAX_ITEMS};
-pub use prompt::render_tool_section;
+pub use prompt::{render_native_tool_section, render_tool_section};
 pub use spec::{ArgSpec, ArgType, SpecError, ToolExample, ToolSpec, ToolSpecs};
 pub use validate::validate_args;
 

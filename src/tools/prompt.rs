@@ -53,6 +53,33 @@ pub fn render_tool_section(specs: &ToolSpecs) -> String {
     out
 }
 
+/// Renders the tool section for the native format: the tools themselves reach the model
+/// as JSON schemas through its chat template or API, so this only says how to work with
+/// them.
+pub fn render_native_tool_section(specs: &ToolSpecs) -> String {
+    let mut out = String::from("## Tools\n\n");
+    out.push_str(
+        "You act by calling the tools you are given (function calls). Each call's result \
+         comes back as that tool's response.\n",
+    );
+    out.push_str(
+        "- Call one or more tools per reply; they run in the order written. Wait for their \
+         results before relying on them.\n",
+    );
+    out.push_str(
+        "- A malformed call is not run: its response is an `<parse_error>` with the problem \
+         and a correct example. Fix the call and send it again.\n",
+    );
+    out.push_str("- Text outside tool calls is not executed; use it for brief reasoning.\n");
+    if specs.get("finish").is_some() {
+        out.push_str(
+            "- When the task is done and you have verified the result, call `finish`; the \
+             episode ends only then. Always end with `finish`.\n",
+        );
+    }
+    out
+}
+
 fn render_tool(out: &mut String, spec: &ToolSpec) {
     let _ = write!(out, "\n### `{}`\n\n{}\n", spec.name, spec.description.trim());
     if !spec.arguments.is_empty() {
@@ -174,6 +201,14 @@ mod tests {
             .map(|n| text.find(&format!("### `{n}`")).unwrap())
             .collect();
         assert!(positions.windows(2).all(|w| w[0] < w[1]));
+    }
+
+    #[test]
+    fn the_native_section_explains_the_work_not_the_syntax() {
+        let text = render_native_tool_section(&ToolSpecs::builtin().unwrap());
+        assert!(text.starts_with("## Tools\n"));
+        assert!(text.contains("Always end with `finish`"));
+        assert!(!text.contains("<bash>") && !text.contains("YAML"), "{text}");
     }
 
     #[test]

@@ -14,6 +14,7 @@ use crate::agent::{spawn_session, SessionConfig, SessionHandle, ToolExecutor};
 use crate::llm::{resolve_model, ModelBackend, ModelSpec, ResolveOptions};
 use crate::protocol::{Event, Op};
 use crate::sandbox::{exec_capture, sanitize, Sandbox};
+use crate::tools::ToolFormat;
 use crate::tools::ToolSpecs;
 
 use super::app::{App, AppConfig, ContainerState, Effect};
@@ -42,6 +43,11 @@ pub struct TuiContext {
     /// A saved session to continue: its id and records.
     pub resume: Option<(String, Vec<Record>)>,
     pub max_output: usize,
+    /// The action format asked for; each session resolves it against its model (a
+    /// `/model` switch may change it).
+    pub tool_format: ToolFormat,
+    /// The system prompt for the native format (`session.system_prompt` is the text one).
+    pub native_prompt: String,
 }
 
 /// A finished `!cmd`.
@@ -90,7 +96,12 @@ impl Runner {
         cfg.end_after_first_task = false;
         cfg.episode_id = format!("{}-{}", &cfg.run_id[..cfg.run_id.len().min(12)], self.episode);
         cfg.model_name = self.ctx.model.name();
-        cfg.system_prompt = format!("{}{extra_prompt}", self.base_prompt);
+        // A model that cannot take native tools falls back to the text format here; the
+        // front end refused an impossible `--tool-format native` before the UI opened.
+        cfg.tool_format =
+            self.ctx.tool_format.resolve(&cfg.model_name, self.ctx.model.native_tools()).unwrap_or(ToolFormat::Text);
+        let base = if cfg.tool_format == ToolFormat::Native { &self.ctx.native_prompt } else { &self.base_prompt };
+        cfg.system_prompt = format!("{base}{extra_prompt}");
         self.core = Some(spawn_session(cfg, self.ctx.model.clone(), self.ctx.specs.clone(), executor));
     }
 

@@ -248,7 +248,19 @@ fn default_model_runs_hello_world_twice_and_reports_honestly() {
     let o = Command::new(support::agent_bin())
         .arg("--config")
         .arg(&cfg)
-        .args(["bench", "--quiet", "--agent", "agent", "--model", "default", "-k", "2", "--run-id", &id, "--output"])
+        .args([
+            "bench",
+            "--quiet",
+            "--agent",
+            "agent",
+            "--model",
+            "smollm2-135m",
+            "-k",
+            "2",
+            "--run-id",
+            &id,
+            "--output",
+        ])
         .arg(&out)
         .arg(support::tb1_task("hello-world"))
         .output()

@@ -6,9 +6,10 @@ use std::time::{Duration, Instant};
 
 use agent::agent::{spawn_session, EpisodeSummary, SessionConfig, SessionHandle, ToolExecutor};
 use agent::config::EpisodeLimits;
+use agent::llm::Role;
 use agent::llm::ScriptedBackend;
 use agent::protocol::{ApprovalDecision, ApprovalMode, EndReason, Event, Op};
-use agent::tools::ToolSpecs;
+use agent::tools::{ToolFormat, ToolSpecs};
 
 use crate::support::{self, TestSandbox};
 
@@ -22,6 +23,17 @@ async fn start(script_yaml: &str, limits: EpisodeLimits, approval: ApprovalMode,
     let dir = tempfile::tempdir().unwrap();
     let script = support::script(&dir, "s.yaml", script_yaml);
     let model = Arc::new(ScriptedBackend::from_file(&script).unwrap());
+    start_with(dir, model, limits, approval, headless, ToolFormat::Text).await
+}
+
+async fn start_with(
+    dir: tempfile::TempDir,
+    model: Arc<ScriptedBackend>,
+    limits: EpisodeLimits,
+    approval: ApprovalMode,
+    headless: bool,
+    tool_format: ToolFormat,
+) -> Harness {
     let sandbox = support::sandbox_with(256, false).await;
     let shell = agent::sandbox::Shell::start(&sandbox, 16 * 1024).await.unwrap();
     let executor = ToolExecutor::new(shell, Duration::from_secs(60), 16 * 1024);
@@ -36,6 +48,7 @@ async fn start(script_yaml: &str, limits: EpisodeLimits, approval: ApprovalMode,
         image: "agent-base:bookworm".into(),
         container: sandbox.name().into(),
         trajectory: Some(dir.path().join("t.jsonl")),
+        tool_format,
     };
     let handle = spawn_session(cfg, model, ToolSpecs::builtin().unwrap(), executor);
     Harness { handle, _sandbox: sandbox, _dir: dir }
@@ -59,13 +72,19 @@ impl Harness {
         }
     }
 
-    async fn finish(mut self) -> (EpisodeSummary, Vec<Event>) {
+    async fn finish(self) -> (EpisodeSummary, Vec<Event>) {
+        let (summary, rest, _dir) = self.finish_keeping_dir().await;
+        (summary, rest)
+    }
+
+    /// Like [`Self::finish`], keeping the temporary folder (and the trajectory in it).
+    async fn finish_keeping_dir(mut self) -> (EpisodeSummary, Vec<Event>, tempfile::TempDir) {
         let mut rest = Vec::new();
         while let Some(ev) = self.handle.events.recv().await {
             rest.push(ev);
         }
         let (summary, _) = self.handle.join.await.unwrap();
-        (summary, rest)
+        (summary, rest, self._dir)
     }
 }
 
@@ -169,4 +188,76 @@ async fn ask_mode_waits_for_approval_and_reports_denials() {
     assert!(observation.contains("absent"), "{observation}");
     let (summary, _) = h.finish().await;
     assert_eq!(summary.reason, EndReason::Finished);
+}
+
+/// Native tool calls returned as structured data (as OpenAI or Anthropic return them):
+/// the tools go out as schemas, each call is answered by a tool message with its id and
+/// the bare output, a malformed call gets its parse error as its answer, and the
+/// trajectory keeps the structured calls.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn native_calls_are_answered_by_tool_messages() {
+    let dir = tempfile::tempdir().unwrap();
+    let script = support::script(
+        &dir,
+        "native.yaml",
+        "- tool_calls:\n    - {name: bash, arguments: {cmd: 'echo hi > /tmp/n.txt && cat /tmp/n.txt'}}\n    - {name: bash, arguments: {timeout_secs: 5}}\n\
+         - tool_calls:\n    - {name: finish, arguments: {message: done}}\n",
+    );
+    let model = Arc::new(ScriptedBackend::from_file(&script).unwrap());
+    assert!(agent::llm::ModelBackend::native_tools(&*model));
+    let h =
+        start_with(dir, model.clone(), EpisodeLimits::default(), ApprovalMode::Auto, true, ToolFormat::Native).await;
+    h.send(Op::UserTurn { text: "write n.txt".into() });
+    let (summary, _, dir) = h.finish_keeping_dir().await;
+    let trajectory = dir.path().join("t.jsonl");
+    assert_eq!(summary.reason, EndReason::Finished);
+    assert_eq!(summary.finish_message.as_deref(), Some("done"));
+    let requests = model.requests();
+    assert_eq!(requests.len(), 2);
+    assert!(requests[0].tools.iter().any(|t| t.name == "bash" && t.parameters["required"][0] == "cmd"));
+    let m = &requests[1].messages;
+    let n = m.len();
+    assert_eq!(m[n - 3].role, Role::Assistant);
+    assert_eq!(m[n - 3].tool_calls.len(), 2);
+    assert_eq!(m[n - 2].role, Role::Tool);
+    assert_eq!(m[n - 2].tool_call_id.as_deref(), Some("call_1"));
+    assert!(m[n - 2].content.starts_with("hi\n"), "{:?}", m[n - 2].content);
+    assert!(!m[n - 2].content.contains("<bash_output>"), "{:?}", m[n - 2].content);
+    assert_eq!(m[n - 1].role, Role::Tool);
+    assert_eq!(m[n - 1].tool_call_id.as_deref(), Some("call_2"));
+    assert!(m[n - 1].content.contains("<parse_error>") && m[n - 1].content.contains("cmd"), "{}", m[n - 1].content);
+    let text = std::fs::read_to_string(trajectory).unwrap();
+    let turn: serde_json::Value = serde_json::from_str(text.lines().nth(1).unwrap()).unwrap();
+    assert_eq!(turn["tool_calls"][0]["name"], "bash");
+    assert_eq!(turn["actions"].as_array().unwrap().len(), 1);
+    assert_eq!(turn["parse_errors"].as_array().unwrap().len(), 1);
+}
+
+/// A local model's native calls stay in its text (`<tool_call>` JSON, as llama.cpp
+/// returns them): they are parsed there, the reply goes back verbatim, and each result is
+/// a tool message; a reply with no call gets the native format's own error.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn native_calls_in_the_text_are_parsed_and_answered() {
+    let dir = tempfile::tempdir().unwrap();
+    let call = "<tool_call>\n{\"name\": \"bash\", \"arguments\": {\"cmd\": \"echo one\"}}\n</tool_call>";
+    let finish = "<tool_call>\n{\"name\": \"finish\", \"arguments\": {\"message\": \"ok\"}}\n</tool_call>";
+    let model = Arc::new(ScriptedBackend::new(vec!["I will just talk.".into(), call.into(), finish.into()]));
+    let h =
+        start_with(dir, model.clone(), EpisodeLimits::default(), ApprovalMode::Auto, true, ToolFormat::Native).await;
+    h.send(Op::UserTurn { text: "say one".into() });
+    let (summary, _) = h.finish().await;
+    assert_eq!(summary.reason, EndReason::Finished);
+    let requests = model.requests();
+    let m = &requests[1].messages;
+    let last = m.last().unwrap();
+    assert_eq!(last.role, Role::User);
+    assert!(last.content.contains("your reply called no tool"), "{}", last.content);
+    assert!(last.content.contains("<tool_call>"), "{}", last.content);
+    let m = &requests[2].messages;
+    let n = m.len();
+    assert_eq!(m[n - 2].content, call, "the reply goes back verbatim");
+    assert!(m[n - 2].tool_calls.is_empty());
+    assert_eq!(m[n - 1].role, Role::Tool);
+    assert_eq!(m[n - 1].tool_call_id.as_deref(), Some("call_2_1"));
+    assert!(m[n - 1].content.starts_with("one\n"), "{:?}", m[n - 1].content);
 }

@@ -173,7 +173,7 @@ fn judge_eval_ranks_judges_and_reports_failures() {
 fn judge_eval_runs_the_suite_against_a_served_local_model() {
     // The built-in model through `agent serve` (llama.cpp), one judgement per case with
     // short answers: a 135M model is a poor judge, and the report says so as it is.
-    let (mut server, url) = support::start_server("default", "smollm2");
+    let (mut server, url) = support::start_server("smollm2-135m", "smollm2");
     let out_dir = tempfile::tempdir().unwrap();
     let out = Command::new(support::agent_bin())
         .current_dir(env!("CARGO_MANIFEST_DIR"))

@@ -22,12 +22,13 @@ fn request(messages: Vec<ChatMessage>, max_tokens: u32) -> ChatRequest {
     ChatRequest {
         messages,
         sampling: SamplingParams { max_tokens: Some(max_tokens), temperature: Some(0.0), ..Default::default() },
+        tools: vec![],
     }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn default_model_reuses_the_conversation_prefix_and_reports_token_ids() {
-    let model = resolve_model(&ModelSpec::Default, &options()).await.unwrap();
+    let model = resolve_model(&ModelSpec::Builtin("smollm2-135m".into()), &options()).await.unwrap();
     let mut messages = vec![
         ChatMessage::new(Role::System, "You are a helpful assistant that answers in one short sentence."),
         ChatMessage::new(Role::User, "What is the capital of France?"),
@@ -64,7 +65,7 @@ async fn default_model_reuses_the_conversation_prefix_and_reports_token_ids() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn interrupt_stops_llamacpp_generation_within_a_token() {
-    let model = resolve_model(&ModelSpec::Default, &options()).await.unwrap();
+    let model = resolve_model(&ModelSpec::Builtin("smollm2-135m".into()), &options()).await.unwrap();
     let mut req =
         request(vec![ChatMessage::new(Role::User, "Write a very long story about a lighthouse keeper.")], 4000);
     req.sampling.temperature = Some(0.8);

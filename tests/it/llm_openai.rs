@@ -175,6 +175,7 @@ fn request() -> ChatRequest {
             stop: vec!["</bash>".into()],
             ..Default::default()
         },
+        tools: vec![],
     }
 }
 

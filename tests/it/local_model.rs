@@ -26,6 +26,7 @@ fn request(max_tokens: u32) -> ChatRequest {
             ChatMessage::new(Role::User, "List the files in /app."),
         ],
         sampling: SamplingParams { max_tokens: Some(max_tokens), temperature: Some(0.0), ..Default::default() },
+        tools: vec![],
     }
 }
 
@@ -99,7 +100,7 @@ fn default_model_runs_the_hello_world_task() {
         .arg(&cfg)
         // The task's own agent timeout (360 s) can be tight on a loaded machine; this test
         // checks the episode mechanics, not speed (`agent model bench` measures that).
-        .args(["run", "--max-turns", "3", "--timeout-secs", "1800", "--model", "default", "--task"])
+        .args(["run", "--max-turns", "3", "--timeout-secs", "1800", "--model", "smollm2-135m", "--task"])
         .arg(support::tb1_task("hello-world"))
         .output()
         .unwrap();

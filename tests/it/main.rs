@@ -11,6 +11,7 @@ mod llamacpp;
 mod llm_openai;
 mod local_model;
 mod models;
+mod real_models;
 mod sandbox_files;
 mod sandbox_lifecycle;
 mod sandbox_shell;

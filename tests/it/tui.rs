@@ -208,7 +208,7 @@ fn tui_with_the_default_model_streams_a_reply_and_exits_cleanly() {
     let cfg = dir.path().join("agent.toml");
     // One short reply keeps this to a few minutes on two CPU cores.
     std::fs::write(&cfg, "[episode]\nmax_reply_tokens = 32\n").unwrap();
-    let (tmux, cid) = open_ui(&dir, "default", &format!("--config {}", cfg.display()));
+    let (tmux, cid) = open_ui(&dir, "smollm2-135m", &format!("--config {}", cfg.display()));
     tmux.type_text("Say hello.");
     tmux.keys(&["Enter"]);
     // A reply has streamed once the context counter moved (the usage follows the message).

@@ -19,8 +19,10 @@ use llama_cpp_2::{send_logs_to_tracing, LogOptions};
 use tokio_util::sync::CancellationToken;
 
 use super::text_stream::TextStream;
-use super::{llama_error, load_error, Job, LlamaCppOptions, Loaded, WorkerEvent};
-use crate::llm::{CallStats, ChatMessage, ChatResponse, FinishReason, LlmError, Role, SamplingParams};
+use super::{llama_error, load_error, ChatJob, Job, LlamaCppOptions, Loaded, WorkerEvent};
+use crate::llm::{
+    CallStats, ChatMessage, ChatResponse, ChatTemplate, FinishReason, LlmError, Role, SamplingParams, ToolDefinition,
+};
 use crate::protocol::TokenUsage;
 
 /// llama.cpp's "pick a random seed" value (`LLAMA_DEFAULT_SEED`).
@@ -107,25 +109,53 @@ pub(super) fn worker(
             return;
         }
     };
+    let jinja = jinja_template(&model);
+    let native_tools = jinja.as_ref().is_some_and(ChatTemplate::supports_tools);
     let mut engine = Engine {
         model: &model,
         ctx,
         template,
+        jinja,
         cached: Vec::new(),
         last_logits_index: 0,
         n_ctx,
         disk_cache,
         save_pending: false,
     };
-    if ready.send(Ok(Loaded { n_ctx })).is_err() {
+    if ready.send(Ok(Loaded { n_ctx, native_tools })).is_err() {
         return;
     }
     while let Ok(job) = jobs.recv() {
-        let events = job.events.clone();
-        let result = engine.run(&job);
-        let _ = events.send(WorkerEvent::Done(result));
-        if std::mem::take(&mut engine.save_pending) {
-            engine.save_disk_cache();
+        match job {
+            Job::Chat(job) => {
+                let events = job.events.clone();
+                let result = engine.run(&job);
+                let _ = events.send(WorkerEvent::Done(Box::new(result)));
+                if std::mem::take(&mut engine.save_pending) {
+                    engine.save_disk_cache();
+                }
+            }
+            Job::Detokenize { ids, reply } => {
+                let _ = reply.send(Ok(engine.detokenize(&ids)));
+            }
+            Job::Render { request, reply } => {
+                let _ = reply.send(engine.render(&request.messages, &request.tools));
+            }
+        }
+    }
+}
+
+/// The GGUF's Jinja chat template, compiled for rendering with tools; `None` when the
+/// file has none or it does not compile (the built-in renderer still serves plain chats).
+fn jinja_template(model: &LlamaModel) -> Option<ChatTemplate> {
+    let source = model.chat_template(None).ok()?.to_string().ok()?;
+    let vocab = model.vocab();
+    let piece = |token| String::from_utf8_lossy(&vocab.token_to_piece(token, true, None)).to_string();
+    match ChatTemplate::new(&source, &piece(vocab.bos()), &piece(vocab.eos())) {
+        Ok(t) => Some(t),
+        Err(e) => {
+            tracing::debug!("the GGUF chat template cannot be used for tools: {e}");
+            None
         }
     }
 }
@@ -152,6 +182,8 @@ struct Engine<'m> {
     model: &'m LlamaModel,
     ctx: LlamaContext<'m>,
     template: LlamaChatTemplate,
+    /// The same template compiled as Jinja, for conversations with tools.
+    jinja: Option<ChatTemplate>,
     /// The tokens whose keys and values sit in the KV cache at positions `0..len`.
     cached: Vec<LlamaToken>,
     /// Index, within the last evaluated batch, of the entry whose logits were kept.
@@ -173,9 +205,9 @@ enum Ended {
 
 impl Engine<'_> {
     /// Serves one job: prompt, prefix reuse, generation with streaming.
-    fn run(&mut self, job: &Job) -> Result<(ChatResponse, CallStats), LlmError> {
+    fn run(&mut self, job: &ChatJob) -> Result<(ChatResponse, CallStats), LlmError> {
         let started = Instant::now();
-        let prompt = self.render(&job.messages)?;
+        let prompt = self.render(&job.messages, &job.tools)?;
         let prompt_tokens = self.tokenize_prompt(&prompt);
         if prompt_tokens.is_empty() {
             return Err(LlmError::Other("the rendered prompt is empty".into()));
@@ -222,6 +254,7 @@ impl Engine<'_> {
                     completion_token_ids: Some(Vec::new()),
                     prompt_token_ids: prompt_ids,
                     decode_tokens_per_sec: None,
+                    tool_calls: Vec::new(),
                 };
                 return Ok((response, stats));
             }
@@ -300,21 +333,30 @@ impl Engine<'_> {
             completion_token_ids: Some(completion.iter().map(|t| token_id(*t)).collect()),
             prompt_token_ids: prompt_ids,
             decode_tokens_per_sec: stats.decode_tokens_per_sec(),
+            // Native calls stay in the text, as sampled (`<tool_call>…</tool_call>`): the
+            // loop parses them there, and the history re-renders to the same tokens.
+            tool_calls: Vec::new(),
         };
         Ok((response, stats))
     }
 
     /// Renders the messages with the chat template, ending with the assistant's opening.
-    fn render(&self, messages: &[ChatMessage]) -> Result<String, LlmError> {
+    /// Conversations with tools go through the model's Jinja template, which knows the
+    /// model's own tool format; plain ones through llama.cpp's built-in renderer.
+    fn render(&self, messages: &[ChatMessage], tools: &[ToolDefinition]) -> Result<String, LlmError> {
+        let with_tools = !tools.is_empty() || messages.iter().any(|m| m.role == Role::Tool || !m.tool_calls.is_empty());
+        if with_tools {
+            return match &self.jinja {
+                Some(jinja) => jinja.render(messages, tools, true),
+                None => Err(LlmError::Other(
+                    "this model's GGUF file has no chat template that renders tools; use --tool-format text".into(),
+                )),
+            };
+        }
         let chat = messages
             .iter()
             .map(|m| {
-                let role = match m.role {
-                    Role::System => "system",
-                    Role::User => "user",
-                    Role::Assistant => "assistant",
-                };
-                LlamaChatMessage::new(role.into(), m.content.clone())
+                LlamaChatMessage::new(m.role.as_str().into(), m.content.clone())
                     .map_err(|e| LlmError::Other(format!("a message cannot be sent to llama.cpp: {e}")))
             })
             .collect::<Result<Vec<_>, _>>()?;
@@ -410,6 +452,20 @@ impl Engine<'_> {
                 tracing::debug!(file = %file.display(), "cannot save the llama.cpp prompt cache: {e}");
             }
         }
+    }
+
+    /// The text of token ids, special tokens printed as their text.
+    fn detokenize(&self, ids: &[u32]) -> String {
+        let vocab = self.model.vocab();
+        let mut bytes = Vec::new();
+        let mut piece = Vec::with_capacity(16);
+        for &id in ids {
+            piece.clear();
+            let token = LlamaToken(i32::try_from(id).unwrap_or(i32::MAX));
+            vocab.token_to_piece_into(token, &mut piece, true, None);
+            bytes.extend_from_slice(&piece);
+        }
+        String::from_utf8_lossy(&bytes).into_owned()
     }
 
     fn clear_cache(&mut self) {

@@ -20,7 +20,9 @@ use async_trait::async_trait;
 use tokio::sync::mpsc as tokio_mpsc;
 use tokio_util::sync::CancellationToken;
 
-use super::{CallStats, ChatMessage, ChatRequest, ChatResponse, LlmError, ModelBackend, SamplingParams};
+use super::{
+    CallStats, ChatMessage, ChatRequest, ChatResponse, LlmError, ModelBackend, SamplingParams, ToolDefinition,
+};
 
 mod engine;
 mod text_stream;
@@ -47,6 +49,7 @@ pub struct LlamaCppOptions {
 pub struct LlamaCppBackend {
     name: String,
     n_ctx: u32,
+    native_tools: bool,
     jobs: std_mpsc::Sender<Job>,
     last_stats: Mutex<Option<CallStats>>,
 }
@@ -57,9 +60,20 @@ impl std::fmt::Debug for LlamaCppBackend {
     }
 }
 
+/// Work for the worker thread, which owns the model.
+enum Job {
+    /// Generate a reply (boxed: it is much larger than the other jobs).
+    Chat(Box<ChatJob>),
+    /// The text of token ids (special tokens printed), for checking trajectories.
+    Detokenize { ids: Vec<u32>, reply: tokio::sync::oneshot::Sender<Result<String, LlmError>> },
+    /// The prompt a chat request renders to, for checking trajectories.
+    Render { request: ChatRequest, reply: tokio::sync::oneshot::Sender<Result<String, LlmError>> },
+}
+
 /// One chat request on its way to the worker.
-struct Job {
+struct ChatJob {
     messages: Vec<ChatMessage>,
+    tools: Vec<ToolDefinition>,
     sampling: SamplingParams,
     cancel: CancellationToken,
     events: tokio_mpsc::UnboundedSender<WorkerEvent>,
@@ -68,12 +82,15 @@ struct Job {
 /// What the worker sends back while it serves a job.
 enum WorkerEvent {
     Delta(String),
-    Done(Result<(ChatResponse, CallStats), LlmError>),
+    /// Boxed: a response is far larger than a text piece.
+    Done(Box<Result<(ChatResponse, CallStats), LlmError>>),
 }
 
 /// What the worker reports once the model is loaded.
 struct Loaded {
     n_ctx: u32,
+    /// The GGUF's own chat template renders tools (Qwen2.5/Qwen3, Llama 3.x, ...).
+    native_tools: bool,
 }
 
 impl LlamaCppBackend {
@@ -106,12 +123,27 @@ impl LlamaCppBackend {
         // The worker reports once; a closed channel means it died while loading (a panic).
         let loaded =
             ready_rx.recv().map_err(|_| load_error(path, "the llama.cpp worker stopped while loading the model"))??;
-        Ok(Self { name, n_ctx: loaded.n_ctx, jobs, last_stats: Mutex::new(None) })
+        Ok(Self { name, n_ctx: loaded.n_ctx, native_tools: loaded.native_tools, jobs, last_stats: Mutex::new(None) })
     }
 
     /// The context window in tokens.
     pub fn n_ctx(&self) -> u32 {
         self.n_ctx
+    }
+
+    /// The text of `ids` as the model's vocabulary spells them, special tokens included:
+    /// a trajectory's prompt ids give back the rendered prompt, its completion ids the reply.
+    pub async fn detokenize(&self, ids: Vec<u32>) -> Result<String, LlmError> {
+        let (reply, answer) = tokio::sync::oneshot::channel();
+        self.jobs.send(Job::Detokenize { ids, reply }).map_err(|_| worker_gone())?;
+        answer.await.map_err(|_| worker_gone())?
+    }
+
+    /// The prompt text `request` renders to (chat template, tools, generation opening).
+    pub async fn render_prompt(&self, request: &ChatRequest) -> Result<String, LlmError> {
+        let (reply, answer) = tokio::sync::oneshot::channel();
+        self.jobs.send(Job::Render { request: request.clone(), reply }).map_err(|_| worker_gone())?;
+        answer.await.map_err(|_| worker_gone())?
     }
 }
 
@@ -125,6 +157,10 @@ impl ModelBackend for LlamaCppBackend {
         Some(u64::from(self.n_ctx))
     }
 
+    fn native_tools(&self) -> bool {
+        self.native_tools
+    }
+
     fn last_call_stats(&self) -> Option<CallStats> {
         self.last_stats.lock().ok().and_then(|s| *s)
     }
@@ -136,20 +172,21 @@ impl ModelBackend for LlamaCppBackend {
         cancel: &CancellationToken,
     ) -> Result<ChatResponse, LlmError> {
         let (events, mut event_rx) = tokio_mpsc::unbounded_channel();
-        let job = Job {
+        let job = ChatJob {
             messages: request.messages.clone(),
+            tools: request.tools.clone(),
             sampling: request.sampling.clone(),
             cancel: cancel.clone(),
             events,
         };
-        self.jobs.send(job).map_err(|_| worker_gone())?;
+        self.jobs.send(Job::Chat(Box::new(job))).map_err(|_| worker_gone())?;
         // If this future is dropped, `event_rx` goes with it; the worker notices the closed
         // channel at its next token and stops as if cancelled.
         while let Some(event) = event_rx.recv().await {
             match event {
                 WorkerEvent::Delta(piece) => on_delta(&piece),
                 WorkerEvent::Done(result) => {
-                    let (response, stats) = result?;
+                    let (response, stats) = (*result)?;
                     if let Ok(mut last) = self.last_stats.lock() {
                         *last = Some(stats);
                     }

@@ -6,7 +6,7 @@ use std::time::Instant;
 use serde_json::Value;
 
 use super::stream::{first_choice, token_ids};
-use crate::llm::{estimate_tokens, ChatResponse, FinishReason};
+use crate::llm::{estimate_tokens, ChatResponse, FinishReason, ToolCall};
 use crate::protocol::TokenUsage;
 
 /// What one attempt has received so far.
@@ -20,6 +20,9 @@ pub(super) struct Collector {
     pub(super) completion_ids: Option<Vec<u32>>,
     pub(super) first_token: Option<Instant>,
     prompt_estimate: u64,
+    /// Tool calls by their index in the stream: id, name and the arguments' JSON text,
+    /// which arrives in pieces.
+    calls: Vec<(String, String, String)>,
 }
 
 impl Collector {
@@ -34,6 +37,40 @@ impl Collector {
             completion_ids: None,
             first_token: None,
             prompt_estimate,
+            calls: Vec::new(),
+        }
+    }
+
+    /// Adds the `tool_calls` of a stream delta or a whole message: a piece with an
+    /// `index` extends that call, one without starts the next.
+    pub(super) fn push_tool_calls(&mut self, calls: &Value) {
+        for call in calls.as_array().into_iter().flatten() {
+            let index = call
+                .get("index")
+                .and_then(Value::as_u64)
+                .and_then(|i| usize::try_from(i).ok())
+                .unwrap_or(self.calls.len());
+            // Bounded: a hostile server must not make us allocate for a huge index.
+            if index > self.calls.len() || index >= 256 {
+                continue;
+            }
+            if index == self.calls.len() {
+                self.first_token.get_or_insert_with(Instant::now);
+                self.calls.push((String::new(), String::new(), String::new()));
+            }
+            let entry = &mut self.calls[index];
+            if let Some(id) = call.get("id").and_then(Value::as_str) {
+                entry.0 = id.to_string();
+            }
+            let function = call.get("function").unwrap_or(&Value::Null);
+            if let Some(name) = function.get("name").and_then(Value::as_str) {
+                entry.1.push_str(name);
+            }
+            match function.get("arguments") {
+                Some(Value::String(piece)) => entry.2.push_str(piece),
+                Some(args @ Value::Object(_)) => entry.2 = args.to_string(),
+                _ => {}
+            }
         }
     }
 
@@ -107,6 +144,20 @@ impl Collector {
             let secs = t.elapsed().as_secs_f64();
             (secs > 0.0 && usage.completion_tokens > 0).then(|| usage.completion_tokens as f64 / secs)
         });
+        let tool_calls = self
+            .calls
+            .into_iter()
+            .enumerate()
+            .map(|(i, (id, name, args))| ToolCall {
+                id: if id.is_empty() { format!("call_{}", i + 1) } else { id },
+                name,
+                arguments: if args.trim().is_empty() {
+                    serde_json::Value::Object(serde_json::Map::new())
+                } else {
+                    serde_json::from_str(&args).unwrap_or(serde_json::Value::String(args))
+                },
+            })
+            .collect();
         ChatResponse {
             text: self.text,
             finish_reason: reason,
@@ -114,6 +165,7 @@ impl Collector {
             completion_token_ids: self.completion_ids,
             prompt_token_ids: self.prompt_ids,
             decode_tokens_per_sec,
+            tool_calls,
         }
     }
 }

@@ -142,6 +142,12 @@ impl ModelBackend for OpenAiBackend {
         self.cfg.model.clone()
     }
 
+    /// The API takes `tools` and answers with `tool_calls` (servers without a tool parser
+    /// send the model's call as text, which the loop parses too).
+    fn native_tools(&self) -> bool {
+        true
+    }
+
     async fn chat(
         &self,
         request: &ChatRequest,

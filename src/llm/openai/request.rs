@@ -3,13 +3,15 @@
 
 use std::time::Duration;
 
+use std::collections::HashSet;
+
 use serde_json::{Map, Value};
 use tokio_util::sync::CancellationToken;
 
 use super::collector::Collector;
 use super::retry::{trim_body, Failure};
 use super::OpenAiBackend;
-use crate::llm::{ChatRequest, ChatResponse, FinishReason, LlmError};
+use crate::llm::{ChatMessage, ChatRequest, ChatResponse, FinishReason, LlmError, Role};
 
 /// Longest wait a `Retry-After` header can impose.
 const MAX_RETRY_AFTER: Duration = Duration::from_secs(60);
@@ -19,17 +21,20 @@ impl OpenAiBackend {
     pub(super) fn request_body(&self, request: &ChatRequest) -> Value {
         let mut body = Map::new();
         body.insert("model".into(), Value::String(self.cfg.model.clone()));
-        let messages = request
-            .messages
-            .iter()
-            .map(|m| {
-                let mut msg = Map::new();
-                msg.insert("role".into(), serde_json::to_value(m.role).unwrap_or(Value::Null));
-                msg.insert("content".into(), Value::String(m.content.clone()));
-                Value::Object(msg)
-            })
-            .collect();
-        body.insert("messages".into(), Value::Array(messages));
+        body.insert("messages".into(), Value::Array(wire_messages(&request.messages)));
+        if !request.tools.is_empty() {
+            let tools = request
+                .tools
+                .iter()
+                .map(|t| {
+                    serde_json::json!({
+                        "type": "function",
+                        "function": {"name": t.name, "description": t.description, "parameters": t.parameters},
+                    })
+                })
+                .collect();
+            body.insert("tools".into(), Value::Array(tools));
+        }
         let s = &request.sampling;
         if let Some(n) = s.max_tokens {
             body.insert("max_tokens".into(), n.into());
@@ -128,6 +133,50 @@ impl OpenAiBackend {
             self.read_whole(resp, out, on_delta, cancel).await
         }
     }
+}
+
+/// The messages in the API's form: assistant tool calls as `tool_calls` (arguments as a
+/// JSON string), tool results as `tool` messages. A tool result whose call the API never
+/// saw as structured data (the model wrote it as text, e.g. `<tool_call>` from a server
+/// without a tool parser) goes as a user message, which every server accepts.
+pub(super) fn wire_messages(messages: &[ChatMessage]) -> Vec<Value> {
+    let mut known_ids: HashSet<&str> = HashSet::new();
+    messages
+        .iter()
+        .map(|m| {
+            let mut msg = Map::new();
+            let structured_result = m.role == Role::Tool && m.tool_call_id.as_deref().is_some_and(|id| known_ids.contains(id));
+            let role = match m.role {
+                Role::Tool if !structured_result => "user",
+                role => role.as_str(),
+            };
+            msg.insert("role".into(), Value::String(role.into()));
+            if m.role == Role::Tool && !structured_result {
+                msg.insert("content".into(), Value::String(format!("<tool_response>\n{}\n</tool_response>", m.content)));
+                return Value::Object(msg);
+            }
+            msg.insert("content".into(), Value::String(m.content.clone()));
+            if let (true, Some(id)) = (structured_result, m.tool_call_id.as_deref()) {
+                msg.insert("tool_call_id".into(), Value::String(id.into()));
+            }
+            if !m.tool_calls.is_empty() {
+                let calls = m
+                    .tool_calls
+                    .iter()
+                    .map(|c| {
+                        known_ids.insert(&c.id);
+                        let arguments = match &c.arguments {
+                            Value::String(s) => s.clone(),
+                            other => other.to_string(),
+                        };
+                        serde_json::json!({"id": c.id, "type": "function", "function": {"name": c.name, "arguments": arguments}})
+                    })
+                    .collect();
+                msg.insert("tool_calls".into(), Value::Array(calls));
+            }
+            Value::Object(msg)
+        })
+        .collect()
 }
 
 /// An f32 as the JSON number it reads as (0.7, not 0.699999988079071).

@@ -92,6 +92,9 @@ impl OpenAiBackend {
                 if let Some(c) = delta.get("content").and_then(Value::as_str) {
                     out.push_content(c, on_delta);
                 }
+                if let Some(calls) = delta.get("tool_calls") {
+                    out.push_tool_calls(calls);
+                }
             }
             if let Some(ids) = token_ids(choice.get("token_ids")) {
                 out.completion_ids.get_or_insert_with(Vec::new).extend(ids);
@@ -137,6 +140,9 @@ impl OpenAiBackend {
             if let Some(c) = message.get("content").and_then(Value::as_str) {
                 out.push_content(c, on_delta);
             }
+            if let Some(calls) = message.get("tool_calls") {
+                out.push_tool_calls(calls);
+            }
         } else if let Some(text) = choice.get("text").and_then(Value::as_str) {
             out.push_content(text, on_delta);
         }
@@ -178,7 +184,7 @@ pub(super) fn token_ids(v: Option<&Value>) -> Option<Vec<u32>> {
 
 pub(super) fn map_finish_reason(reason: &str) -> FinishReason {
     match reason {
-        "stop" | "eos" | "stop_sequence" | "end_turn" => FinishReason::Stop,
+        "stop" | "eos" | "stop_sequence" | "end_turn" | "tool_calls" | "tool_use" => FinishReason::Stop,
         "length" | "max_tokens" => FinishReason::Length,
         _ => FinishReason::Other,
     }

@@ -7,7 +7,7 @@ use super::request::f32_json;
 use super::retry::trim_body;
 use super::stream::{map_finish_reason, token_ids};
 use super::{is_loopback, OpenAiBackend, OpenAiConfig};
-use crate::llm::{ChatMessage, ChatRequest, FinishReason, LlmError, Role, SamplingParams};
+use crate::llm::{ChatMessage, ChatRequest, FinishReason, LlmError, Role, SamplingParams, ToolCall, ToolDefinition};
 
 fn backend(stream: bool) -> OpenAiBackend {
     let mut cfg = OpenAiConfig::new("http://127.0.0.1:9/v1/", "m");
@@ -48,6 +48,7 @@ fn request_body_fields() {
             seed: Some(42),
             stop: vec!["</end>".into()],
         },
+        tools: vec![],
     };
     let body = backend(true).request_body(&req);
     assert_eq!(body["model"], "m");
@@ -63,13 +64,68 @@ fn request_body_fields() {
     assert_eq!(body["stream"], true);
     assert_eq!(body["stream_options"]["include_usage"], true);
 
-    let req = ChatRequest { messages: vec![], sampling: SamplingParams { top_k: Some(20), ..Default::default() } };
+    let req = ChatRequest {
+        messages: vec![],
+        sampling: SamplingParams { top_k: Some(20), ..Default::default() },
+        tools: vec![],
+    };
     let body = backend(false).request_body(&req);
     assert_eq!(body["top_k"], 20);
     assert_eq!(body["stream"], false);
     assert!(body.get("stream_options").is_none());
     assert!(body.get("stop").is_none());
     assert!(body.get("temperature").is_none());
+}
+
+#[test]
+fn tools_calls_and_results_go_in_the_apis_form() {
+    let call = ToolCall { id: "c7".into(), name: "bash".into(), arguments: serde_json::json!({"cmd": "ls"}) };
+    let req = ChatRequest {
+        messages: vec![
+            ChatMessage::new(Role::User, "hi"),
+            ChatMessage { tool_calls: vec![call], ..ChatMessage::new(Role::Assistant, "") },
+            ChatMessage::tool_result("c7", "a.txt"),
+            // A call the model wrote as text: the API never saw its id.
+            ChatMessage::new(Role::Assistant, "<tool_call>{...}</tool_call>"),
+            ChatMessage::tool_result("call_2_1", "b.txt"),
+        ],
+        sampling: SamplingParams::default(),
+        tools: vec![ToolDefinition {
+            name: "bash".into(),
+            description: "Run.".into(),
+            parameters: serde_json::json!({"type": "object"}),
+        }],
+    };
+    let body = backend(false).request_body(&req);
+    assert_eq!(body["tools"][0]["type"], "function");
+    assert_eq!(body["tools"][0]["function"]["name"], "bash");
+    assert_eq!(body["tools"][0]["function"]["parameters"]["type"], "object");
+    let m = &body["messages"];
+    assert_eq!(m[1]["tool_calls"][0]["id"], "c7");
+    assert_eq!(m[1]["tool_calls"][0]["function"]["arguments"], "{\"cmd\":\"ls\"}");
+    assert_eq!(m[2]["role"], "tool");
+    assert_eq!(m[2]["tool_call_id"], "c7");
+    assert_eq!(m[4]["role"], "user");
+    assert_eq!(m[4]["content"], "<tool_response>\nb.txt\n</tool_response>");
+    assert!(m[4].get("tool_call_id").is_none());
+}
+
+#[test]
+fn streamed_tool_calls_are_joined_by_index() {
+    let mut out = Collector::new(1);
+    out.push_tool_calls(
+        &serde_json::json!([{"index": 0, "id": "a", "function": {"name": "bash", "arguments": "{\"cm"}}]),
+    );
+    out.push_tool_calls(&serde_json::json!([{"index": 0, "function": {"arguments": "d\": \"ls\"}"}}]));
+    out.push_tool_calls(&serde_json::json!([{"index": 1, "function": {"name": "finish", "arguments": "not json"}}]));
+    // Out-of-range indices are ignored rather than allocated for.
+    out.push_tool_calls(&serde_json::json!([{"index": 1000000, "function": {"name": "x"}}]));
+    let resp = out.finish(FinishReason::Stop, &mut |_| {});
+    assert_eq!(resp.tool_calls.len(), 2);
+    assert_eq!(resp.tool_calls[0].id, "a");
+    assert_eq!(resp.tool_calls[0].arguments, serde_json::json!({"cmd": "ls"}));
+    assert_eq!(resp.tool_calls[1].id, "call_2");
+    assert_eq!(resp.tool_calls[1].arguments, serde_json::json!("not json"));
 }
 
 #[test]
@@ -101,7 +157,8 @@ fn trim_body_limits_and_flattens() {
 fn helpers() {
     assert_eq!(map_finish_reason("stop"), FinishReason::Stop);
     assert_eq!(map_finish_reason("length"), FinishReason::Length);
-    assert_eq!(map_finish_reason("tool_calls"), FinishReason::Other);
+    assert_eq!(map_finish_reason("tool_calls"), FinishReason::Stop);
+    assert_eq!(map_finish_reason("content_filter"), FinishReason::Other);
     assert_eq!(token_ids(Some(&serde_json::json!([1, 2, 3]))), Some(vec![1, 2, 3]));
     assert_eq!(token_ids(Some(&serde_json::json!([1, "x"]))), None);
     assert_eq!(token_ids(None), None);

@@ -57,6 +57,24 @@ pub(super) fn parse_raw_body(spec: &ToolSpec, raw: &str, body: &str) -> Result<M
     }
 }
 
+/// Whether a line starts (column 0) with `name:` where `name` is an argument of the
+/// tool: what makes a fenced code block a tool block.
+pub(super) fn starts_with_arg(spec: &ToolSpec, line: &str) -> bool {
+    leading_arg(spec, line).is_some()
+}
+
+/// Reads the body of a fenced tool block, which starts with an argument line: the
+/// same reading as a tag body, but never the raw-body fallback (plain code in a
+/// fence is not a command).
+pub(super) fn parse_fenced_body(spec: &ToolSpec, body: &str) -> Result<Map<String, Json>, String> {
+    let first_line = body.split('\n').next().unwrap_or("");
+    match spec.raw_body_arg.as_deref() {
+        // With an argument first, the raw-body reading never takes the body whole.
+        Some(raw) if starts_with_arg(spec, first_line) => parse_raw_body(spec, raw, body),
+        _ => parse_yaml_body(spec, body),
+    }
+}
+
 /// Keys that name the raw argument under another name (`command: ls`).
 const RAW_ALIASES: &[&str] = &["command", "commands", "script", "code", "shell", "bash", "run", "exec", "input"];
 

@@ -1,9 +1,10 @@
-//! Robustness tests of the action parser: adversarial 1 MB inputs stay linear, and a
-//! 100 000-case proptest checks that it never panics and returns only known tools.
+//! Robustness tests of the action parser: adversarial 1 MB inputs stay linear, a
+//! 100 000-case proptest checks that it never panics and returns only known tools, and
+//! property tests of fenced tool blocks.
 
 use proptest::prelude::*;
 
-use super::tests::{cmd, parse, specs};
+use super::tests::{cmd, fenced, parse, specs};
 use super::{parse_actions, MAX_ITEMS, SNIPPET_MAX};
 use crate::tools::validate_args;
 
@@ -30,6 +31,17 @@ fn large_inputs_are_linear() {
         "[",
         "<file>\n",
         "<",
+        "```bash\ncmd: x\n",
+        "```bash\n",
+        "```bash\nls\n",
+        "~~~\n",
+        "```bash\n  cmd: a\nb\n</think>\n",
+        "```bash\n# c\n",
+        "```bash\ncmd: x\n<bash>\n",
+        "```bash\ncmd: x\n```\n",
+        "```bash\ncmd: x\n````\n```\n",
+        "`",
+        "\n```",
     ];
     for pattern in patterns {
         let text = pattern.repeat(MB / pattern.len());
@@ -39,6 +51,18 @@ fn large_inputs_are_linear() {
         assert!(elapsed < std::time::Duration::from_secs(5), "{pattern:?} took {elapsed:?}");
         assert!(out.actions.len() + out.errors.len() <= MAX_ITEMS + 1);
     }
+    // Unclosed tool blocks with ever shorter fences, then many lines that close none.
+    let mut text = String::new();
+    for run in (3..1200).rev() {
+        text.push_str(&"`".repeat(run));
+        text.push_str("bash\ncmd: x\n<bash>\n");
+    }
+    text.push_str(&"```x\n".repeat((MB - text.len()) / 5));
+    let start = std::time::Instant::now();
+    let out = parse(&text);
+    let elapsed = start.elapsed();
+    assert!(elapsed < std::time::Duration::from_secs(5), "shrinking fences took {elapsed:?}");
+    assert!(out.actions.len() + out.errors.len() <= MAX_ITEMS + 1);
     // One huge valid body.
     let text = format!("<bash>\ncmd: |\n{}</bash>", "  echo hello\n".repeat(MB / 13));
     let c = cmd(&text);
@@ -123,6 +147,17 @@ fn fragment() -> impl Strategy<Value = String> {
         "pattern: \"*.py\"\n",
         "action: grep\n",
         "\n  ",
+        "```bash\n",
+        "```file\n",
+        "~~~finish\n",
+        "```\n",
+        "\n```\n",
+        "````\n",
+        "   ```bash\n",
+        "```Bash\n",
+        "```python\n",
+        "~~~",
+        "# ",
     ]);
     prop_oneof![
         6 => fixed.prop_map(str::to_string),
@@ -154,6 +189,16 @@ fn block() -> impl Strategy<Value = String> {
     })
 }
 
+/// An element shaped like a fenced code block: an opening fence with a language,
+/// fragments, and a closing fence that may be missing, shorter or indented.
+fn fence_block() -> impl Strategy<Value = String> {
+    let langs = prop::sample::select(vec!["bash", "file", "finish", "todo", "search", "BASH", "", "python", "yaml"]);
+    let opens = prop::sample::select(vec!["```", "````", "~~~", "  ```", "    ```", "``"]);
+    let ends = prop::sample::select(vec!["", "\n```", "\n````\n", "\n~~~\n", "\n  ```", "```"]);
+    (opens, langs, prop::collection::vec(fragment(), 0..10), ends)
+        .prop_map(|(open, lang, parts, end)| format!("{open}{lang}\n{}{end}", parts.concat()))
+}
+
 proptest! {
     #![proptest_config(ProptestConfig {
         // Nothing to persist: a failure prints the minimal input.
@@ -162,7 +207,7 @@ proptest! {
     })]
     #[test]
     fn never_panics_and_returns_known_tools(
-        parts in prop::collection::vec(prop_oneof![2 => fragment(), 1 => block()], 0..12)
+        parts in prop::collection::vec(prop_oneof![4 => fragment(), 2 => block(), 1 => fence_block()], 0..12)
     ) {
         let text = parts.concat();
         let out = parse_actions(&text, specs());
@@ -179,5 +224,100 @@ proptest! {
             prop_assert!(error.snippet.len() <= SNIPPET_MAX + 20);
             prop_assert!(error.message.len() < 4000, "{}", error.message);
         }
+    }
+}
+
+/// One line of text with no tag, fence or line break in it.
+fn plain_line() -> impl Strategy<Value = String> {
+    prop_oneof![
+        "[^<`~\n\r]{0,30}",
+        prop::sample::select(vec!["cmd: ls", "message: done", "action: write", "path: a.txt", "  - x", "# c", ""])
+            .prop_map(str::to_string),
+    ]
+}
+
+/// A value for a one-line argument.
+fn value() -> impl Strategy<Value = String> {
+    prop_oneof![
+        "[^\n\r]{0,20}",
+        prop::sample::select(vec!["ls -la", "echo a: b", "'quoted'", "60", "true", "[ -f x ]", "*.py", "é🦀", "|"])
+            .prop_map(str::to_string),
+    ]
+}
+
+/// A body of `name: value` lines for a tool, starting with one of its arguments.
+fn tool_body() -> impl Strategy<Value = (String, String)> {
+    let names: Vec<String> = specs().names().into_iter().map(str::to_string).collect();
+    prop::sample::select(names).prop_flat_map(|name| {
+        let args: Vec<String> =
+            specs().get(&name).map_or_else(Vec::new, |s| s.arguments.iter().map(|a| a.name.clone()).collect());
+        let lines = prop::collection::vec((prop::sample::select(args), value()), 1..4);
+        (Just(name), lines).prop_map(|(name, lines)| {
+            let body: String = lines.iter().map(|(key, value)| format!("{key}: {value}\n")).collect();
+            (name, body)
+        })
+    })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig {
+        failure_persistence: None,
+        ..ProptestConfig::with_cases(3_000)
+    })]
+    /// A body that is an action as a tag is the same action in a fence of its tool.
+    #[test]
+    fn fenced_body_is_the_same_action_as_the_tag((name, body) in tool_body(), upper in any::<bool>()) {
+        let spec = specs().get(&name).unwrap();
+        let tag = parse(&spec.render_call(&body));
+        let lang = if upper { name.to_uppercase() } else { name.clone() };
+        let fence = parse(&fenced(&lang, &body));
+        if tag.errors.is_empty() {
+            prop_assert_eq!(&fence, &tag);
+        } else {
+            // The same verdict, from the same tool.
+            prop_assert!(fence.actions.is_empty(), "{:?}", fence);
+            prop_assert_eq!(fence.errors.len(), 1);
+            prop_assert_eq!(fence.errors[0].tool.as_deref(), Some(name.as_str()));
+            prop_assert_eq!(&fence.errors[0].message, &tag.errors[0].message);
+        }
+    }
+
+    /// A fenced block whose language is not a tool's name is never an action.
+    #[test]
+    fn other_languages_are_never_actions(
+        lang in "[A-Za-z0-9_+.-]{0,10}",
+        fence in prop::sample::select(vec!["```", "~~~", "````"]),
+        lines in prop::collection::vec(plain_line(), 0..6),
+        closed in any::<bool>(),
+    ) {
+        prop_assume!(specs().iter().all(|s| !s.name.eq_ignore_ascii_case(&lang)));
+        let close = if closed { format!("\n{fence}") } else { String::new() };
+        let text = format!("Here:\n{fence}{lang}\n{}{close}\nThat is all.", lines.join("\n"));
+        let out = parse(&text);
+        prop_assert!(out.actions.is_empty(), "{:?} → {:?}", text, out.actions);
+        prop_assert_eq!(out.errors.len(), 1);
+        prop_assert_eq!(out.errors[0].tool.as_deref(), None);
+    }
+
+    /// Text in a tool's fence whose first line is not `name:` is never an action.
+    #[test]
+    fn plain_text_in_a_tool_fence_is_never_an_action(
+        name in prop::sample::select(vec!["bash", "file", "finish", "Bash"]),
+        first in "[^<`~#\n\r]{1,30}",
+        lines in prop::collection::vec(plain_line(), 0..6),
+        closed in any::<bool>(),
+    ) {
+        let key_line = first.trim_start().split_once(':').is_some_and(|(key, rest)| {
+            !key.is_empty()
+                && key.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_')
+                && (rest.is_empty() || rest.starts_with([' ', '\t']))
+        });
+        prop_assume!(!key_line && !first.trim().is_empty());
+        let close = if closed { "\n```" } else { "" };
+        let text = format!("```{name}\n{first}\n{}{close}", lines.join("\n"));
+        let out = parse(&text);
+        prop_assert!(out.actions.is_empty(), "{:?} → {:?}", text, out.actions);
+        prop_assert_eq!(out.errors.len(), 1);
+        prop_assert_eq!(out.errors[0].tool.as_deref(), None);
     }
 }

@@ -23,6 +23,30 @@
 //! - Code fences: a fence line (```` ``` ````, ```` ```yaml ````) at the start of a body
 //!   and a bare fence line at its end (no more indented than the body) are dropped;
 //!   fences around the tags are ignored like any text outside tags.
+//! - Fenced tool blocks: outside tags (and `<think>`), a Markdown code block whose
+//!   language is a tool's name (any case) and whose first line that is not blank or a
+//!   `#` comment is `name:` with an argument of that tool is that action, in order with
+//!   the tags:
+//!
+//!   ````text
+//!   ```bash
+//!   cmd: ls -la /app
+//!   ```
+//!   ````
+//!
+//!   Its body is read and validated like a tag body (errors name the tool and show
+//!   its example) but never taken whole as the raw argument, and tags inside it are
+//!   part of it. Anything else in a fence is not an action: plain code
+//!   (```` ```bash ```` with `ls -la`), another language (```` ```sh ````,
+//!   ```` ```yaml ````), or a first key that is not an argument (`command: ls`); such a
+//!   block is text outside tags (tags in it still count), and the no-action error then
+//!   says what a tool block looks like. Fences follow CommonMark: up to 3 spaces of
+//!   indentation, 3 or more backticks or tildes, and a block ends at a fence line of
+//!   the same character, at least as long, with no language; a tool block's closing
+//!   fence must also be indented no more than its opening one (so a fence inside a
+//!   `content: |` block is content). An unclosed tool block runs to the next line
+//!   that starts with a tool tag, or to the end of the reply; after an unclosed other
+//!   block, no fence opens a tool block.
 //! - A missing closing tag (none later, or the same tag opens again at the start of a
 //!   line before it): the body runs to the next line that starts with a tool tag, or
 //!   to the end of the reply. A last line that is a mistyped closing tag (`</bash`,
@@ -33,7 +57,7 @@
 //!   line before its closing tag.
 //! - Blank lines around the body and indentation common to the whole body are removed
 //!   before the YAML is read; YAML block scalars (`cmd: |`) keep their newlines.
-//! - For a tool with a `raw_body_arg` (bash: `cmd`), a body that is not a YAML mapping
+//! - For a tool with a `raw_body_arg` (bash: `cmd`), a tag body that is not a YAML mapping
 //!   of that tool's arguments is taken whole as that argument (`<bash>ls -la</bash>`).
 //!   When the body starts with `cmd:` but is not valid YAML (`cmd: echo a: b`), or
 //!   `cmd` is not a plain string (`cmd: [ -f x ] && echo y`), each line that starts
@@ -54,6 +78,7 @@
 //! reply.
 
 mod body;
+mod fence;
 mod native;
 mod scanner;
 

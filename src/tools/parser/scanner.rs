@@ -1,12 +1,15 @@
-//! The tag scanner: walks a reply tag by tag, skips `<think>` blocks and made-up
-//! observations, finds where each action's body ends (its closing tag, or the next
-//! line that opens a tool tag) and collects the actions and errors in order.
+//! The tag scanner: walks a reply tag by tag and fence line by fence line, skips
+//! `<think>` blocks and made-up observations, finds where each action's body ends (its
+//! closing tag or fence, or the next line that opens a tool tag) and collects the
+//! actions and errors in order.
 
 use std::collections::HashMap;
 
 use memchr::{memchr, memmem};
+use serde_json::{Map, Value as Json};
 
-use super::body::{clean_body, parse_raw_body, parse_yaml_body};
+use super::body::{clean_body, parse_fenced_body, parse_raw_body, parse_yaml_body, starts_with_arg};
+use super::fence::{next_fence_line, read_fence_line, Closers, FenceLine};
 use super::{format_example, truncate, ParseOutcome, MAX_ITEMS};
 use crate::tools::{Action, ActionParseError, ToolSpec, ToolSpecs};
 
@@ -14,6 +17,9 @@ use crate::tools::{Action, ActionParseError, ToolSpec, ToolSpecs};
 const MAX_TAG_NAME: usize = 40;
 /// Most unknown tag names remembered for the no-action error.
 const MAX_UNKNOWN: usize = 5;
+/// Added to the no-action error when the reply holds code blocks.
+const FENCE_HINT: &str = " A code block is not an action unless its language is a tool's name (```bash) \
+    and its lines are that tool's `name: value` arguments (cmd: ls).";
 
 /// A cached search result: the first hit at or after `from`.
 struct Memo {
@@ -89,6 +95,16 @@ pub(super) struct Scanner<'a> {
     closes: HashMap<String, Memo>,
     /// Next `<name>` at the start of a line, per name.
     line_opens: HashMap<String, Memo>,
+    /// Next `<`.
+    next_lt: Option<Memo>,
+    /// Next fence line.
+    next_fence: Option<Memo>,
+    /// The closing-fence index, built at the first fenced tool block.
+    closers: Option<Closers>,
+    /// The code fence (character, run) open outside tags that is not a tool block.
+    open_fence: Option<(u8, usize)>,
+    /// Whether a code fence that is not an action was seen outside tags.
+    saw_fence: bool,
     stopped: bool,
 }
 
@@ -105,23 +121,100 @@ impl<'a> Scanner<'a> {
             last_end: 0,
             closes: HashMap::new(),
             line_opens: HashMap::new(),
+            next_lt: None,
+            next_fence: None,
+            closers: None,
+            open_fence: None,
+            saw_fence: false,
             stopped: false,
         }
     }
 
     pub(super) fn run(&mut self) {
-        let bytes = self.text.as_bytes();
+        let text = self.text;
         let mut pos = 0;
-        while pos < bytes.len() && !self.stopped {
-            let Some(offset) = memchr(b'<', &bytes[pos..]) else {
-                break;
-            };
-            let lt = pos + offset;
-            pos = match read_tag(self.text, lt) {
-                Some(tag) => self.handle_tag(lt, tag),
-                None => lt + 1,
+        while pos < text.len() && !self.stopped {
+            let lt = cached(&mut self.next_lt, pos, |from| memchr(b'<', &text.as_bytes()[from..]).map(|i| from + i));
+            let fence = cached(&mut self.next_fence, pos, |from| next_fence_line(text, from));
+            pos = match (fence, lt) {
+                (None, None) => break,
+                (Some(fence), Some(lt)) if lt < fence => self.tag_at(lt),
+                (Some(fence), _) => match read_fence_line(text, fence) {
+                    Some(line) => self.handle_fence(line),
+                    None => fence + 1,
+                },
+                (None, Some(lt)) => self.tag_at(lt),
             };
         }
+    }
+
+    /// Handles the `<` at `lt`; returns where scanning goes on.
+    fn tag_at(&mut self, lt: usize) -> usize {
+        match read_tag(self.text, lt) {
+            Some(tag) => self.handle_tag(lt, tag),
+            None => lt + 1,
+        }
+    }
+
+    /// Handles a fence line outside tags; returns where scanning goes on.
+    fn handle_fence(&mut self, line: FenceLine<'a>) -> usize {
+        if let Some((ch, run)) = self.open_fence {
+            // Inside a code block: only its closing fence matters.
+            if line.closes(ch, run) {
+                self.open_fence = None;
+            }
+            return line.run_end;
+        }
+        let spec = self.specs.iter().find(|spec| spec.name.eq_ignore_ascii_case(line.info));
+        if let Some(end) = spec.and_then(|spec| self.fenced_tool(spec, &line)) {
+            return end;
+        }
+        // Any other code block: its text is read as text outside tags (tags in it
+        // still count), only fence lines in it are not fences.
+        self.saw_fence = true;
+        self.open_fence = Some((line.ch, line.run));
+        line.run_end
+    }
+
+    /// A fence whose language is a tool's name: when its first line is `name:` with
+    /// an argument of that tool, the block is that action (or its error). Returns the
+    /// end of the block, or `None` when it is plain code.
+    fn fenced_tool(&mut self, spec: &'a ToolSpec, line: &FenceLine<'a>) -> Option<usize> {
+        let text = self.text;
+        // The first line that is not blank or a YAML comment.
+        let mut body_start = line.line_end;
+        loop {
+            let rest = text.get(body_start..)?;
+            let first_line = rest.split('\n').next()?;
+            let trimmed = first_line.trim_start();
+            if !trimmed.is_empty() && !trimmed.starts_with('#') {
+                if !starts_with_arg(spec, trimmed) {
+                    return None;
+                }
+                break;
+            }
+            if first_line.len() == rest.len() {
+                return None;
+            }
+            body_start += first_line.len() + 1;
+        }
+        let closers = self.closers.get_or_insert_with(|| Closers::new(text));
+        let (body_end, end) = match closers.find(body_start, line.ch, line.run, line.indent) {
+            Some(close) => close,
+            // Unclosed: the body runs to the next line that opens a tool tag.
+            None => {
+                let stop = self.next_line_open_any(body_start).unwrap_or(text.len());
+                (stop, stop)
+            }
+        };
+        let element = &text[line.start..end];
+        if self.over_limit(element) {
+            return Some(text.len());
+        }
+        self.last_end = end;
+        let body = clean_body(&text[body_start..body_end]);
+        self.push_result(spec, parse_fenced_body(spec, &body), element);
+        Some(end)
     }
 
     /// Handles the tag at `lt`; returns where scanning goes on.
@@ -134,6 +227,8 @@ impl<'a> Scanner<'a> {
                 self.errors.clear();
                 self.unknown.clear();
                 self.first_unknown_at = None;
+                self.open_fence = None;
+                self.saw_fence = false;
                 self.last_end = tag.end;
             }
             return tag.end;
@@ -194,17 +289,8 @@ impl<'a> Scanner<'a> {
             }
             body = strip_broken_close(body, name);
         }
-        if self.actions.len() + self.errors.len() >= MAX_ITEMS {
-            self.errors.push(ActionParseError {
-                tool: None,
-                message: format!(
-                    "too many actions in one reply (the limit is {MAX_ITEMS}); this one and \
-                     all after it were ignored"
-                ),
-                snippet: truncate(&self.text[lt..next]),
-                example: format_example(self.specs),
-            });
-            self.stopped = true;
+        let text = self.text;
+        if self.over_limit(&text[lt..next]) {
             return self.text.len();
         }
         self.last_end = next;
@@ -217,12 +303,35 @@ impl<'a> Scanner<'a> {
         next
     }
 
+    /// When [`MAX_ITEMS`] actions and errors were read, records the error for
+    /// `element`, stops the scan and returns true.
+    fn over_limit(&mut self, element: &str) -> bool {
+        if self.actions.len() + self.errors.len() < MAX_ITEMS {
+            return false;
+        }
+        self.errors.push(ActionParseError {
+            tool: None,
+            message: format!(
+                "too many actions in one reply (the limit is {MAX_ITEMS}); this one and all after it \
+                 were ignored"
+            ),
+            snippet: truncate(element),
+            example: format_example(self.specs),
+        });
+        self.stopped = true;
+        true
+    }
+
     fn tool(&mut self, spec: &ToolSpec, body: &str, element: &str) {
         let body = clean_body(body);
         let result = match spec.raw_body_arg.as_deref() {
             Some(raw) => parse_raw_body(spec, raw, &body),
             None => parse_yaml_body(spec, &body),
         };
+        self.push_result(spec, result, element);
+    }
+
+    fn push_result(&mut self, spec: &ToolSpec, result: Result<Map<String, Json>, String>, element: &str) {
         match result {
             Ok(args) => self.actions.push(Action { tool: spec.name.clone(), args }),
             Err(message) => self.errors.push(ActionParseError {
@@ -253,6 +362,10 @@ impl<'a> Scanner<'a> {
                     tags.join(", ")
                 )
             };
+            let mut message = message;
+            if self.saw_fence {
+                message.push_str(FENCE_HINT);
+            }
             let source = match self.first_unknown_at {
                 Some(at) => &self.text[at..],
                 None => self.text.trim(),
@@ -309,6 +422,16 @@ impl<'a> Scanner<'a> {
         }
         best
     }
+}
+
+/// The next hit at or after `from` of a forward search, from `memo` when it knows it.
+fn cached(memo: &mut Option<Memo>, from: usize, search: impl FnOnce(usize) -> Option<usize>) -> Option<usize> {
+    if let Some(answer) = memo.as_ref().and_then(|m| m.answer(from)) {
+        return answer;
+    }
+    let found = search(from);
+    *memo = Some(Memo { from, found });
+    found
 }
 
 /// Drops a last line that is a mistyped closing tag (`</bash`, `</ bash>`, `<bash/>`)

@@ -5,6 +5,7 @@ use std::sync::OnceLock;
 use serde_json::{json, Value as Json};
 
 use super::body::{dedent, is_block_indicator, is_fence};
+use super::fence::{next_fence_line, read_fence_line, Closers};
 use super::scanner::read_tag;
 use super::{parse_actions, parse_native_call, truncate_to, ParseOutcome, MAX_ITEMS, SNIPPET_MAX};
 use crate::tools::{Action, ToolSpec, ToolSpecs};
@@ -414,6 +415,24 @@ fn every_example_parses() {
     }
 }
 
+/// The body of a tag action in a Markdown fence of the given language.
+pub(super) fn fenced(lang: &str, body: &str) -> String {
+    format!("```{lang}\n{}\n```", body.trim_end_matches('\n'))
+}
+
+#[test]
+fn every_example_parses_fenced() {
+    for spec in specs() {
+        for example in &spec.examples {
+            let tag = one(&spec.render_call(&example.body));
+            assert_eq!(one(&fenced(&spec.name, &example.body)), tag, "{}", spec.name);
+            assert_eq!(one(&fenced(&spec.name.to_uppercase(), &example.body)), tag, "{}", spec.name);
+            let tilde = format!("~~~~{}\n{}~~~~\n", spec.name, example.body);
+            assert_eq!(one(&tilde), tag, "{}", spec.name);
+        }
+    }
+}
+
 fn native_example_for(spec: &ToolSpec, example: &super::super::ToolExample) -> String {
     let arguments: Json = serde_yaml::from_str(&example.body).unwrap();
     format!("<tool_call>{}</tool_call>", json!({"name": spec.name, "arguments": arguments}))
@@ -454,4 +473,201 @@ fn helpers() {
     assert!(read_tag("<", 0).is_none());
     assert!(read_tag("</", 0).is_none());
     assert!(read_tag("<1a>", 0).is_none());
+}
+
+#[test]
+fn fenced_tool_blocks() {
+    // As Qwen2.5-Coder writes them.
+    assert_eq!(cmd("```bash\ncmd: echo \"Hello, world!\" > hello.txt\n```"), "echo \"Hello, world!\" > hello.txt");
+    let action = one("I'll finish.\n```finish\nmessage: done\n```\n");
+    assert_eq!(action, one("<finish>\nmessage: done\n</finish>"));
+    let action = one("```file\naction: write\npath: a.txt\ncontent: |\n  hi\n```");
+    assert_eq!(Json::Object(action.args.clone())["content"], "hi\n");
+    assert_eq!(action, one("<file>\naction: write\npath: a.txt\ncontent: |\n  hi\n</file>"));
+    // The same as the tag, with every argument.
+    assert_eq!(one("```bash\ncmd: ls\ntimeout_secs: 60\n```"), one("<bash>\ncmd: ls\ntimeout_secs: 60\n</bash>"));
+    // Any case, tildes, longer fences, indentation up to three spaces, blank lines.
+    assert_eq!(cmd("```Bash\ncmd: ls\n```"), "ls");
+    assert_eq!(cmd("~~~bash\ncmd: ls\n~~~"), "ls");
+    assert_eq!(cmd("````bash\ncmd: ls\n````"), "ls");
+    assert_eq!(cmd("``` bash \n\ncmd: ls\n\n```"), "ls");
+    assert_eq!(cmd("1. List:\n   ```bash\n   cmd: ls\n   ```\n2. Done."), "ls");
+    // YAML comments before the first argument.
+    assert_eq!(cmd("```bash\n# list the files\n\ncmd: ls\n```"), "ls");
+    assert_eq!(cmd("```bash\n# list\ncmd: echo a: b\n```"), "echo a: b");
+    // `cmd:` with a colon in it is read literally, as in a tag.
+    assert_eq!(cmd("```bash\ncmd: echo a: b\n```"), "echo a: b");
+    // Unclosed at the end of the reply.
+    assert_eq!(cmd("```bash\ncmd: ls /tmp\n"), "ls /tmp");
+    // In reply order with tags.
+    let all =
+        actions("<bash>cmd: a</bash>\n```bash\ncmd: b\n```\n<todo>\naction: view\n</todo>\n```finish\nmessage: c\n```");
+    let tools: Vec<&str> = all.iter().map(|a| a.tool.as_str()).collect();
+    assert_eq!(tools, ["bash", "bash", "todo", "finish"]);
+    assert_eq!(all[1].args["cmd"], "b");
+    assert_eq!(all[3].args["message"], "c");
+}
+
+#[test]
+fn fenced_tool_block_ends() {
+    // Closed by a fence at least as long, of the same character, with no language:
+    // here the tag is in the block, which is then not valid YAML.
+    let out = parse("````finish\nmessage: a\n```\n<bash>\ncmd: ls\n</bash>\n````");
+    assert!(out.actions.is_empty(), "{:#?}", out.actions);
+    assert_eq!(out.errors.len(), 1);
+    assert_eq!(out.errors[0].tool.as_deref(), Some("finish"));
+    let all = actions("```bash\ncmd: ls\n~~~\n```\n```finish\nmessage: x\n```");
+    assert_eq!(all.len(), 2, "{all:#?}");
+    assert_eq!(all[1].tool, "finish");
+    // A fence in a `content: |` block is indented more than the opening one: content.
+    let action = one("```file\naction: write\npath: /r.md\ncontent: |\n  # T\n  ```\n  code\n  ```\n```");
+    assert_eq!(action.args["content"], "# T\n```\ncode\n```\n");
+    // A fence indented more than the opening one does not close the block.
+    let action = one("```file\naction: write\npath: /r.md\ncontent: |\n  ```\n  x\n  ```\n");
+    assert_eq!(action.args["content"], "```\nx\n```\n");
+    // Unclosed: the block stops at the next line that opens a tool tag.
+    let all = actions("```bash\ncmd: ls\n<finish>\nmessage: done\n</finish>");
+    assert_eq!(all.len(), 2, "{all:#?}");
+    assert_eq!(all[0].args["cmd"], "ls");
+    assert_eq!(all[1].args["message"], "done");
+}
+
+#[test]
+fn plain_code_fences_are_not_actions() {
+    for text in [
+        "```bash\nls -la\n```",
+        "```bash\n\nls -la\ncmd: ls\n```",
+        "```python\nprint(1)\n```",
+        "```yaml\ncmd: ls\n```",
+        "```sh\ncmd: ls\n```",
+        "```shell\ncmd: ls\n```",
+        "```\ncmd: ls\n```",
+        "```bash title\ncmd: ls\n```",
+        "```tool_call\ncmd: ls\n```",
+        // The first key must be an argument of the tool, spelt right.
+        "```bash\nfile:\n  action: write\n  path: a\n```",
+        "```bash\ncommand: ls\n```",
+        "```bash\nCMD: ls\n```",
+        "```finish\ncmd: ls\n```",
+        "```bash\n- cmd: ls\n```",
+        "```bash\n# install\npip install x: y\n```",
+        "```bash\n# only a comment\n```",
+        "```bash\n\n",
+        // Not fences: four spaces of indentation, text before the fence, two backticks.
+        "    ```bash\n    cmd: ls\n    ```",
+        "Run ```bash\ncmd: ls\n```",
+        "``bash\ncmd: ls\n``",
+        // Inside another code block.
+        "````markdown\n```bash\ncmd: ls\n```\n````",
+        "```text\n```bash\ncmd: ls\n```",
+        "~~~\n```bash\ncmd: ls\n```\n~~~",
+        // Inside <think>.
+        "<think>\n```bash\ncmd: ls\n```\n</think>",
+        "```bash\ncmd: ls\n```\n</think>\nNothing to do.",
+    ] {
+        let out = parse(text);
+        assert!(out.actions.is_empty(), "{text:?} → {:#?}", out.actions);
+        assert_eq!(out.errors.len(), 1, "{text:?} → {:#?}", out.errors);
+        assert_eq!(out.errors[0].tool, None, "{text:?} → {:#?}", out.errors);
+    }
+    // After a closed code block, a tool block counts.
+    assert_eq!(cmd("```python\nprint(1)\n```\n```bash\ncmd: ls\n```"), "ls");
+    assert_eq!(cmd("```text\n```bash\ncmd: rm -rf /\n```\n```bash\ncmd: ls\n```"), "ls");
+    assert_eq!(cmd("<think>\n```bash\ncmd: rm -rf /\n```\n</think>\n```bash\ncmd: ls\n```"), "ls");
+}
+
+#[test]
+fn no_action_error_mentions_code_blocks() {
+    let out = parse("Let me list the files:\n```bash\nls -la\n```");
+    let e = &out.errors[0];
+    assert!(e.message.starts_with("no action found"), "{}", e.message);
+    assert!(e.message.contains("```bash") && e.message.contains("`name: value`"), "{}", e.message);
+    assert!(e.example.contains("<bash>\ncmd: ls -la /app\n</bash>"), "{}", e.example);
+    let out = parse("<python>\nprint(1)\n</python>\n```python\nprint(1)\n```");
+    assert!(out.errors[0].message.contains("<python> is not a tool"), "{}", out.errors[0].message);
+    assert!(out.errors[0].message.contains("```bash"), "{}", out.errors[0].message);
+    // No hint without a code block.
+    let out = parse("I think the answer is 42.");
+    assert!(!out.errors[0].message.contains("```"), "{}", out.errors[0].message);
+}
+
+#[test]
+fn fenced_tool_errors() {
+    let out = parse("```file\naction: explode\n```");
+    assert!(out.actions.is_empty());
+    assert_eq!(out.errors.len(), 1);
+    let e = &out.errors[0];
+    assert_eq!(e.tool.as_deref(), Some("file"));
+    assert!(e.message.contains("action"), "{}", e.message);
+    assert!(e.message.contains("read"), "{}", e.message);
+    assert_eq!(e.snippet, "```file\naction: explode\n```");
+    assert!(e.example.starts_with("<file>\naction: read"), "{}", e.example);
+    let out = parse("```file\naction: write\npath: /a\ncontent: a: b\n```");
+    assert!(out.errors[0].message.contains("not valid YAML"), "{}", out.errors[0].message);
+    let out = parse("```bash\ncmd: ls\ntimeout_secs: soon\n```");
+    assert_eq!(out.errors[0].tool.as_deref(), Some("bash"));
+    assert!(out.errors[0].message.contains("timeout_secs"), "{}", out.errors[0].message);
+    let out = parse("```bash\ntimeout_secs: 5\n```");
+    assert!(out.errors[0].message.contains("missing required argument `cmd`"), "{}", out.errors[0].message);
+    // Errors and actions in order, whatever their form.
+    let out = parse("```bash\ncmd: ls\n```\n```search\naction: find\n```\n<finish>\nmessage: x\n</finish>");
+    assert_eq!(out.actions.len(), 2);
+    assert_eq!(out.errors.len(), 1);
+    assert_eq!(out.errors[0].tool.as_deref(), Some("search"));
+}
+
+#[test]
+fn fences_and_tags_are_not_counted_twice() {
+    // A tag inside a tool block is its content.
+    let action = one("```file\naction: write\npath: a.md\ncontent: |\n  <bash>\n  cmd: ls\n  </bash>\n```");
+    assert_eq!(action.args["content"], "<bash>\ncmd: ls\n</bash>\n");
+    assert_eq!(cmd("```bash\ncmd: grep -c '<finish>' log\n```"), "grep -c '<finish>' log");
+    // A tag in any other code block still counts, once.
+    assert_eq!(cmd("```text\n<bash>\ncmd: ls\n</bash>\n```"), "ls");
+    assert_eq!(cmd("```bash\n<bash>\ncmd: ls\n</bash>\n```"), "ls");
+    assert_eq!(cmd("```<bash>\ncmd: ls\n</bash>"), "ls");
+    // A fence inside a tag keeps its meaning there.
+    assert_eq!(cmd("<bash>\n```bash\ncmd: ls\n```\n</bash>"), "ls");
+    assert_eq!(one("<finish>\n```finish\nmessage: x\n```\n</finish>").args["message"], "x");
+}
+
+#[test]
+fn too_many_fenced_actions_are_capped() {
+    let text = "```bash\ncmd: ls\n```\n".repeat(MAX_ITEMS + 10);
+    let out = parse(&text);
+    assert_eq!(out.actions.len(), MAX_ITEMS);
+    assert_eq!(out.errors.len(), 1);
+    assert!(out.errors[0].message.contains("too many actions"));
+    assert!(out.errors[0].snippet.starts_with("```bash"), "{}", out.errors[0].snippet);
+}
+
+#[test]
+fn fence_helpers() {
+    let line = read_fence_line("  ````Bash \nx", 0).unwrap();
+    assert_eq!((line.indent, line.ch, line.run, line.info, line.run_end, line.line_end), (2, b'`', 4, "Bash", 6, 12));
+    assert!(!line.closes(b'`', 3));
+    assert!(read_fence_line(" ````", 0).unwrap().closes(b'`', 4));
+    assert!(read_fence_line("```", 0).unwrap().closes(b'`', 3));
+    assert!(!read_fence_line("````", 0).unwrap().closes(b'~', 3));
+    assert!(!read_fence_line("```", 0).unwrap().closes(b'`', 4));
+    assert!(read_fence_line("~~~ a`b", 0).is_some());
+    assert!(read_fence_line("``` a`b", 0).is_none());
+    assert!(read_fence_line("    ```", 0).is_none());
+    assert!(read_fence_line("``", 0).is_none());
+    assert!(read_fence_line("", 0).is_none());
+    assert_eq!(next_fence_line("a\n```\n", 0), Some(2));
+    assert_eq!(next_fence_line("a```\n```", 1), Some(5));
+    assert_eq!(next_fence_line("```", 0), Some(0));
+    assert_eq!(next_fence_line("```", 3), None);
+    assert_eq!(next_fence_line("x", 5), None);
+    let text = "```\n  ````\n~~~\n```x\n```\n";
+    let closers = Closers::new(text);
+    assert_eq!(closers.find(0, b'`', 3, 3), Some((0, 4)));
+    assert_eq!(closers.find(1, b'`', 3, 3), Some((4, 11)));
+    assert_eq!(closers.find(1, b'`', 3, 0), Some((20, 24)));
+    assert_eq!(closers.find(1, b'`', 4, 3), Some((4, 11)));
+    assert_eq!(closers.find(1, b'`', 5, 3), None);
+    assert_eq!(closers.find(0, b'~', 3, 0), Some((11, 15)));
+    assert_eq!(closers.find(12, b'~', 3, 0), None);
+    assert_eq!(closers.find(100, b'`', 3, 9), None);
 }

@@ -1,7 +1,7 @@
 //! Qwen3's chat format (ChatML), rendered in code so that the trainer and its sampler
 //! agree on every byte of the prompt.
 
-use crate::llm::{ChatMessage, Role};
+use crate::llm::ChatMessage;
 
 /// Opens a message.
 pub const IM_START: &str = "<|im_start|>";
@@ -12,13 +12,8 @@ pub const IM_END: &str = "<|im_end|>";
 pub fn render_prompt(messages: &[ChatMessage]) -> String {
     let mut out = String::new();
     for m in messages {
-        let role = match m.role {
-            Role::System => "system",
-            Role::User => "user",
-            Role::Assistant => "assistant",
-        };
         out.push_str(IM_START);
-        out.push_str(role);
+        out.push_str(m.role.as_str());
         out.push('\n');
         out.push_str(&m.content);
         out.push_str(IM_END);
@@ -32,6 +27,7 @@ pub fn render_prompt(messages: &[ChatMessage]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::llm::Role;
 
     #[test]
     fn renders_chatml_with_the_generation_header() {

@@ -210,6 +210,7 @@ impl ModelBackend for PolicyBackend {
             completion_token_ids: Some(generated.ids),
             prompt_token_ids: Some(prompt),
             decode_tokens_per_sec: None,
+            tool_calls: Vec::new(),
         })
     }
 }
