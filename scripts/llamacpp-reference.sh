@@ -15,7 +15,7 @@ if [ ! -x "$venv/bin/python" ] || ! "$venv/bin/python" -c 'import llama_cpp' 2>/
     -DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF" \
     "$venv/bin/pip" install --quiet "llama-cpp-python==0.3.36"
 fi
-model="$("$AGENT_BIN" model pull default --quiet)"
+model="$("$AGENT_BIN" model pull smollm2-135m --quiet)"
 # The exact system prompt and instruction `agent model bench` uses.
 prompt_file="$(mktemp)"
 trap 'rm -f "$prompt_file"' EXIT

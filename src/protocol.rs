@@ -60,6 +60,8 @@ pub enum EndReason {
     WallClock,
     /// Too many consecutive replies without a valid action.
     ParseFailures,
+    /// The model kept repeating the same replies with the same results after a warning.
+    Repetition,
     /// The user interrupted and no further turn followed.
     Interrupted,
     /// The front end asked the session to end.
@@ -77,6 +79,7 @@ impl EndReason {
             EndReason::TokenBudget => "the token budget was spent",
             EndReason::WallClock => "the wall-clock limit was reached",
             EndReason::ParseFailures => "too many consecutive replies without a valid action",
+            EndReason::Repetition => "the agent kept repeating the same replies and results after a warning",
             EndReason::Interrupted => "interrupted",
             EndReason::Shutdown => "shut down",
             EndReason::Error => "an error stopped the episode",

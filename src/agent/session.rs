@@ -23,6 +23,7 @@ use crate::tools::{
 };
 
 use super::executor::ToolExecutor;
+use super::stuck::{LoopDetector, LoopVerdict, LOOP_WARNING};
 use super::trajectory::{EpisodeEndRecord, EpisodeStart, ObservationRecord, TrajectoryWriter, TurnRecord};
 
 /// Everything a session needs besides the model and the sandbox.
@@ -134,6 +135,11 @@ struct Session {
     writer: TrajectoryWriter,
     always_approved: HashSet<String>,
     flags: Flags,
+    /// Watches for a model that repeats itself.
+    loops: LoopDetector,
+    /// What the current turn sent back to the model (observations and errors), for the
+    /// loop detector.
+    turn_results: Vec<String>,
 }
 
 impl Session {
@@ -175,6 +181,8 @@ impl Session {
             writer,
             always_approved: HashSet::new(),
             flags: Flags::default(),
+            loops: LoopDetector::default(),
+            turn_results: Vec::new(),
         }
     }
 
@@ -290,7 +298,9 @@ impl Session {
     async fn run_task(&mut self, text: String) -> TaskEnd {
         self.messages.push(ChatMessage::new(Role::User, text));
         self.parse_failures = 0;
+        self.loops = LoopDetector::default();
         loop {
+            self.turn_results.clear();
             if let Some(reason) = self.limit_reached() {
                 return TaskEnd::Stopped(reason);
             }
@@ -375,12 +385,20 @@ impl Session {
                     }
                 }
                 observations.extend(loose_errors.iter().map(ActionParseError::to_observation));
+                self.turn_results.extend(observations.iter().cloned());
+                let verdict = self.loops.observe(&response.text, &self.turn_results);
+                if verdict == LoopVerdict::Warn {
+                    observations.push(LOOP_WARNING.to_string());
+                }
                 if !observations.is_empty() {
                     self.messages.push(ChatMessage::new(Role::User, observations.join("\n\n")));
                 }
                 self.writer.turn(&record);
                 if self.parse_failures >= self.cfg.limits.max_parse_failures {
                     return TaskEnd::Stopped(EndReason::ParseFailures);
+                }
+                if verdict == LoopVerdict::Stop {
+                    return TaskEnd::Stopped(EndReason::Repetition);
                 }
                 continue;
             }
@@ -431,12 +449,21 @@ impl Session {
                 self.push_observation(call.call_id.as_deref(), note.to_string(), &mut Vec::new());
             }
             observations.extend(loose_errors.iter().map(ActionParseError::to_observation));
+            self.turn_results.extend(observations.iter().cloned());
+            let verdict =
+                if end.is_none() { self.loops.observe(&response.text, &self.turn_results) } else { LoopVerdict::Fine };
+            if verdict == LoopVerdict::Warn {
+                observations.push(LOOP_WARNING.to_string());
+            }
             if !observations.is_empty() {
                 self.messages.push(ChatMessage::new(Role::User, observations.join("\n\n")));
             }
             self.writer.turn(&record);
             if let Some(end) = end {
                 return end;
+            }
+            if verdict == LoopVerdict::Stop {
+                return TaskEnd::Stopped(EndReason::Repetition);
             }
         }
     }
@@ -496,7 +523,10 @@ impl Session {
     /// next user message.
     fn push_observation(&mut self, call_id: Option<&str>, text: String, text_observations: &mut Vec<String>) {
         match call_id {
-            Some(id) => self.messages.push(ChatMessage::tool_result(id, text)),
+            Some(id) => {
+                self.turn_results.push(text.clone());
+                self.messages.push(ChatMessage::tool_result(id, text));
+            }
             None => text_observations.push(text),
         }
     }

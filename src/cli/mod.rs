@@ -137,6 +137,7 @@ impl LocalArgs {
             threads: self.threads,
             prompt_cache_dir,
             lora: self.lora.clone(),
+            sampling: agent::llm::SamplingDefaults::default(),
         }
     }
 }

@@ -63,6 +63,8 @@ pub struct LocalModelOptions {
     /// A PEFT LoRA adapter folder applied to a safetensors model: merged into a cached
     /// copy of the base weights (mistral.rs 0.8.1 cannot load a local adapter itself).
     pub lora: Option<PathBuf>,
+    /// Sampling where a request sets none (llama.cpp; built-in models bring their own).
+    pub sampling: super::SamplingDefaults,
 }
 
 /// A model running in this process through mistral.rs.

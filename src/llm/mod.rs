@@ -113,6 +113,17 @@ pub struct SamplingParams {
     pub stop: Vec<String>,
 }
 
+/// Sampling a model uses where a request sets none (a built-in model's recommended
+/// settings); unset fields fall back to the engine's own defaults.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct SamplingDefaults {
+    pub temperature: Option<f32>,
+    pub top_p: Option<f32>,
+    pub top_k: Option<u32>,
+    /// Multiplicative penalty on recently generated tokens (llama.cpp's `repeat_penalty`).
+    pub repeat_penalty: Option<f32>,
+}
+
 /// A chat request.
 #[derive(Debug, Clone, Default)]
 pub struct ChatRequest {

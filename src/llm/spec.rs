@@ -178,7 +178,16 @@ async fn load_builtin(name: &str, opts: &ResolveOptions) -> Result<Arc<dyn Model
     let path = crate::models::pull::ensure_builtin(name, opts.progress)
         .await
         .map_err(|e| LlmError::Other(format!("cannot get the built-in model {name}: {e}")))?;
-    load_local(&path, &opts.local).await
+    let mut local = opts.local.clone();
+    if let Some(s) = crate::models::catalog::find(name).and_then(|m| m.sampling) {
+        local.sampling = super::SamplingDefaults {
+            temperature: Some(s.temperature),
+            top_p: Some(s.top_p),
+            top_k: Some(s.top_k),
+            repeat_penalty: Some(s.repeat_penalty),
+        };
+    }
+    load_local(&path, &local).await
 }
 
 /// Builds the backend for a spec; local models load here (built-in ones are downloaded
@@ -245,6 +254,7 @@ async fn load_local(path: &Path, opts: &LocalModelOptions) -> Result<Arc<dyn Mod
         threads: opts.threads.unwrap_or(0),
         flash_attention: None,
         prompt_cache_dir: opts.prompt_cache_dir.clone(),
+        sampling: opts.sampling,
     };
     let path = path.to_path_buf();
     // llama.cpp loads synchronously (mapping the file, allocating the KV cache).

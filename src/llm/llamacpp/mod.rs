@@ -43,6 +43,8 @@ pub struct LlamaCppOptions {
     /// prompt and the first instruction) is saved there with its KV cache, and the next
     /// session that starts with the same tokens loads it instead of evaluating them again.
     pub prompt_cache_dir: Option<PathBuf>,
+    /// Sampling where a request sets none.
+    pub sampling: super::SamplingDefaults,
 }
 
 /// A GGUF model running on the CPU through llama.cpp.

