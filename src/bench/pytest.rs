@@ -105,7 +105,9 @@ pub fn weighted_score(results: &[TestResult], weights: Option<&BTreeMap<String, 
     if total <= 0.0 {
         return 0.0;
     }
-    results.iter().filter(|r| r.status.is_pass()).map(weight).sum::<f64>() / total
+    // A fold from +0.0: `Sum` for floats starts at -0.0, which results.json would show as
+    // a score of `-0.0` when nothing passed.
+    results.iter().filter(|r| r.status.is_pass()).map(weight).fold(0.0, |a, w| a + w) / total
 }
 
 /// Parses a TB2 reward file (`/logs/verifier/reward.txt`): one number.
@@ -151,6 +153,9 @@ XFAIL ../tests/test_outputs.py::test_known - bug 12
         assert!((weighted_score(&r, None) - 0.8).abs() < 1e-9);
         let w = BTreeMap::from([("test_hello_file_content".to_string(), 3.0), ("test_hello_file_exists".into(), 1.0)]);
         assert!((weighted_score(&r, Some(&w)) - 0.25).abs() < 1e-9);
+        let failed: Vec<_> = r.iter().filter(|t| t.status == TestStatus::Failed).cloned().collect();
+        let none = weighted_score(&failed, None);
+        assert!(none == 0.0 && none.is_sign_positive(), "{none:?} (results.json must not say -0.0)");
     }
 
     #[test]

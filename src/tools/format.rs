@@ -123,7 +123,20 @@ pub fn untagged_json_calls(text: &str, specs: &ToolSpecs) -> Vec<Result<Action, 
                 continue;
             }
             let arguments = call.get("arguments").or_else(|| call.get("parameters")).cloned();
-            out.push(super::parse_native_call(name, &arguments.unwrap_or(serde_json::Value::Null), specs));
+            // `{"name": "finish", "message": "..."}`: the arguments written beside the name.
+            let arguments = arguments.unwrap_or_else(|| match &call {
+                serde_json::Value::Object(map) => {
+                    let rest: serde_json::Map<_, _> =
+                        map.iter().filter(|(k, _)| k.as_str() != "name").map(|(k, v)| (k.clone(), v.clone())).collect();
+                    if rest.is_empty() {
+                        serde_json::Value::Null
+                    } else {
+                        serde_json::Value::Object(rest)
+                    }
+                }
+                _ => serde_json::Value::Null,
+            });
+            out.push(super::parse_native_call(name, &arguments, specs));
         }
     }
     out

@@ -85,10 +85,15 @@ async fn qwen_coder_writes_a_file_with_native_calls_and_its_tokens_round_trip() 
             text: "Use the bash tool to run the command `echo 42 > /tmp/answer.txt`. Then call the finish tool.".into(),
         })
         .unwrap();
-    while handle.events.recv().await.is_some() {}
+    let mut errors = Vec::new();
+    while let Some(ev) = handle.events.recv().await {
+        if let agent::protocol::Event::Error { message, .. } = ev {
+            errors.push(message);
+        }
+    }
     let (summary, mut executor) = handle.join.await.unwrap();
     let text = std::fs::read_to_string(&trajectory).unwrap();
-    assert_eq!(summary.reason, EndReason::Finished, "{text}");
+    assert_eq!(summary.reason, EndReason::Finished, "errors: {errors:?}\n{text}");
 
     // The file is there, written by the model's own calls.
     let cat = Action {

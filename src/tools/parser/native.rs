@@ -106,7 +106,14 @@ impl Scanner<'_> {
         let Some(Json::String(name)) = call.remove("name") else {
             return Err(shape_error("the tool call has no `name`; expected {\"name\": TOOL, \"arguments\": {...}}"));
         };
-        let arguments = ["arguments", "parameters"].iter().find_map(|key| call.remove(*key)).unwrap_or(Json::Null);
+        let arguments = ["arguments", "parameters"].iter().find_map(|key| call.remove(*key)).unwrap_or_else(|| {
+            // `{"name": "finish", "message": "..."}`: the arguments written beside the name.
+            if call.is_empty() {
+                Json::Null
+            } else {
+                Json::Object(std::mem::take(&mut call))
+            }
+        });
         parse_native_call(&name, &arguments, self.specs)
     }
 

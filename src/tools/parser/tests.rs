@@ -332,6 +332,8 @@ fn qwen_tool_call_variants() {
     );
     // YAML-flow leniency: single quotes.
     assert_eq!(one("<tool_call>{'name': 'bash', 'arguments': {'cmd': 'ls'}}</tool_call>").args["cmd"], "ls");
+    // The arguments beside the name (small models write this).
+    assert_eq!(one("<tool_call>{\"name\": \"finish\", \"message\": \"done\"}</tool_call>").args["message"], "done");
 }
 
 #[test]
