@@ -221,19 +221,8 @@ pub fn no_native_call_error(specs: &ToolSpecs) -> ActionParseError {
              call `finish` when the task is done and verified."
         ),
         snippet: String::new(),
-        example: native_example_call(specs),
+        example: super::parser::default_native_example(specs),
     }
-}
-
-/// A bash call (or the first tool's) in Hermes/Qwen `<tool_call>` form, for errors.
-fn native_example_call(specs: &ToolSpecs) -> String {
-    let Some(spec) = specs.get("bash").or_else(|| specs.iter().next()) else { return String::new() };
-    let arguments = spec
-        .examples
-        .first()
-        .and_then(|e| serde_yaml::from_str::<serde_json::Value>(&e.body).ok())
-        .unwrap_or(serde_json::Value::Object(serde_json::Map::new()));
-    format!("<tool_call>\n{}\n</tool_call>", serde_json::json!({"name": spec.name, "arguments": arguments}))
 }
 
 /// The observation text of a tool result without its `<TOOL_output>` wrapper: in the

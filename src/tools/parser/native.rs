@@ -19,7 +19,7 @@ pub fn parse_native_call(name: &str, arguments: &Json, specs: &ToolSpecs) -> Res
             tool: None,
             message: format!("unknown tool `{}`; the tools are: {}", truncate_to(name, 60), specs.names().join(", ")),
             snippet: snippet(),
-            example: specs.get("bash").or_else(|| specs.iter().next()).map(native_example).unwrap_or_default(),
+            example: default_native_example(specs),
         });
     };
     let from_object = |object: &Json| -> Result<Map<String, Json>, String> {
@@ -118,8 +118,13 @@ impl Scanner<'_> {
     }
 
     fn default_native_example(&self) -> String {
-        self.specs.get("bash").or_else(|| self.specs.iter().next()).map(native_example).unwrap_or_default()
+        default_native_example(self.specs)
     }
+}
+
+/// The bash example (or the first tool's) as a Qwen3-style `<tool_call>`, for errors.
+pub fn default_native_example(specs: &ToolSpecs) -> String {
+    specs.get("bash").or_else(|| specs.iter().next()).map(native_example).unwrap_or_default()
 }
 
 /// A tool's first example as a Qwen3-style `<tool_call>`.
