@@ -11,6 +11,6 @@ mod trajectory;
 pub use executor::{ToolExecutor, ToolOutcome};
 pub use prompt::{civil_date, render_system_prompt, system_prompt};
 pub use session::{spawn_session, EpisodeSummary, SessionConfig, SessionHandle};
-pub use stuck::{LoopDetector, LoopVerdict, LOOP_WARNING};
+pub use stuck::{loop_warning, LoopDetector, LoopVerdict};
 pub use todo::{TodoItem, TodoList};
 pub use trajectory::{EpisodeEndRecord, EpisodeStart, ObservationRecord, TrajectoryWriter, TurnRecord};

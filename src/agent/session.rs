@@ -18,12 +18,12 @@ use crate::llm::{
 };
 use crate::protocol::{ApprovalDecision, ApprovalMode, EndReason, Event, Op, TokenUsage};
 use crate::tools::{
-    no_native_call_error, parse_actions, parse_native_call, untagged_json_calls, unwrap_observation, Action,
-    ActionParseError, ToolFormat, ToolSpecs,
+    no_native_call_error, parse_actions, parse_native_call, untagged_json_calls, unwrap_observation, write_call,
+    Action, ActionParseError, ToolFormat, ToolSpecs,
 };
 
 use super::executor::ToolExecutor;
-use super::stuck::{LoopDetector, LoopVerdict, LOOP_WARNING};
+use super::stuck::{loop_warning, LoopDetector, LoopVerdict};
 use super::trajectory::{EpisodeEndRecord, EpisodeStart, ObservationRecord, TrajectoryWriter, TurnRecord};
 
 /// Everything a session needs besides the model and the sandbox.
@@ -388,7 +388,7 @@ impl Session {
                 self.turn_results.extend(observations.iter().cloned());
                 let verdict = self.loops.observe(&response.text, &self.turn_results);
                 if verdict == LoopVerdict::Warn {
-                    observations.push(LOOP_WARNING.to_string());
+                    observations.push(self.loop_warning());
                 }
                 if !observations.is_empty() {
                     self.messages.push(ChatMessage::new(Role::User, observations.join("\n\n")));
@@ -453,7 +453,7 @@ impl Session {
             let verdict =
                 if end.is_none() { self.loops.observe(&response.text, &self.turn_results) } else { LoopVerdict::Fine };
             if verdict == LoopVerdict::Warn {
-                observations.push(LOOP_WARNING.to_string());
+                observations.push(self.loop_warning());
             }
             if !observations.is_empty() {
                 self.messages.push(ChatMessage::new(Role::User, observations.join("\n\n")));
@@ -529,6 +529,16 @@ impl Session {
             }
             None => text_observations.push(text),
         }
+    }
+
+    /// The loop warning, with the finish call written in this episode's format. The
+    /// example's message describes itself: small models copy an example's words.
+    fn loop_warning(&self) -> String {
+        let example = self.specs.get("finish").map(|_| {
+            let args = serde_json::json!({"message": "one line: what was done and how it was checked"});
+            write_call("finish", &args, self.cfg.tool_format)
+        });
+        loop_warning(example.as_deref())
     }
 
     /// Answers the structured calls of a reply that will not run (the reply was cut off),

@@ -2,13 +2,23 @@
 //! again (a small model re-reading a file forever, or alternating between two replies) is
 //! warned once, and stopped if it goes on, instead of burning the rest of its turns and
 //! wall clock. The rule follows OpenHands' stuck detector: the same turn three times in a
-//! row, or two turns alternating twice.
+//! row, or two turns alternating twice. A reply sent word for word three times in a row is
+//! warned too even when its results differ (a small model that rewrites the same file, or
+//! adds the same todo item, again and again, each time with a slightly different result);
+//! it stops only after six, so that a model polling a slow job with the same command is
+//! told, not cut off at once.
 
 use std::collections::hash_map::DefaultHasher;
 use std::hash::{Hash, Hasher};
 
 /// Turns after the warning that the loop may go on before the episode stops.
 const TURNS_AFTER_WARNING: usize = 3;
+
+/// Identical replies in a row (whatever came back) that earn a warning.
+const SAME_REPLIES_WARN: usize = 3;
+
+/// Identical replies in a row (whatever came back) that end the episode.
+const SAME_REPLIES_STOP: usize = 6;
 
 /// What the loop should do after a turn.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -21,14 +31,25 @@ pub enum LoopVerdict {
     Stop,
 }
 
-/// The observation that tells the model it is looping.
-pub const LOOP_WARNING: &str = "<loop_warning>\nYour last replies repeat the same calls and get the same results: \
-this is a loop. Do something different. If the task is done and verified, call `finish`.\n</loop_warning>";
+/// The observation that tells the model it is looping. Small models that are told "do
+/// something different" first tend to invent new work, so finishing comes first, with
+/// `finish_example` (the finish call in the episode's format) to copy.
+pub fn loop_warning(finish_example: Option<&str>) -> String {
+    let finish = match finish_example {
+        Some(example) => format!("If the task is done, call `finish` now, for example:\n{example}\n"),
+        None => "If the task is done, end your work now.\n".to_string(),
+    };
+    format!(
+        "<loop_warning>\nYour last replies repeat the same calls: this is a loop. {finish}\
+         Otherwise do something different: read the last result again and change your approach.\n</loop_warning>"
+    )
+}
 
 /// Remembers a fingerprint of every turn (the reply and what came back).
 #[derive(Debug, Default)]
 pub struct LoopDetector {
     turns: Vec<u64>,
+    replies: Vec<u64>,
     warned_at: Option<usize>,
 }
 
@@ -37,6 +58,7 @@ impl LoopDetector {
     pub fn observe(&mut self, reply: &str, results: &[String]) -> LoopVerdict {
         let mut hasher = DefaultHasher::new();
         reply.trim().hash(&mut hasher);
+        self.replies.push(hasher.finish());
         for result in results {
             for line in result.lines() {
                 without_duration(line).hash(&mut hasher);
@@ -48,22 +70,38 @@ impl LoopDetector {
             return LoopVerdict::Fine;
         }
         let n = self.turns.len();
+        if self.same_replies() >= SAME_REPLIES_STOP {
+            return LoopVerdict::Stop;
+        }
         match self.warned_at {
             None => {
                 self.warned_at = Some(n);
                 LoopVerdict::Warn
             }
-            Some(at) if n - at >= TURNS_AFTER_WARNING => LoopVerdict::Stop,
+            Some(at) if n - at >= TURNS_AFTER_WARNING && self.turns_repeat() => LoopVerdict::Stop,
             Some(_) => LoopVerdict::Fine,
         }
     }
 
     fn looping(&self) -> bool {
+        self.turns_repeat() || self.same_replies() >= SAME_REPLIES_WARN
+    }
+
+    /// The same turn (reply and results) three times, or two turns alternating.
+    fn turns_repeat(&self) -> bool {
         let t = &self.turns;
         let n = t.len();
         let same_three = n >= 3 && t[n - 1] == t[n - 2] && t[n - 2] == t[n - 3];
         let alternating = n >= 4 && t[n - 1] == t[n - 3] && t[n - 2] == t[n - 4] && t[n - 1] != t[n - 2];
         same_three || alternating
+    }
+
+    /// How many of the last replies are the same text as the last one.
+    fn same_replies(&self) -> usize {
+        match self.replies.last() {
+            Some(last) => self.replies.iter().rev().take_while(|r| *r == last).count(),
+            None => 0,
+        }
     }
 }
 
@@ -120,10 +158,29 @@ mod tests {
     }
 
     #[test]
-    fn the_same_reply_with_new_results_is_not_a_loop() {
+    fn the_same_reply_with_new_results_is_warned_then_stopped_later() {
+        let mut d = LoopDetector::default();
+        let verdicts: Vec<LoopVerdict> =
+            (0..6).map(|i| d.observe("check the build", &results(&format!("progress {i}%")))).collect();
+        use LoopVerdict::*;
+        assert_eq!(verdicts, [Fine, Fine, Warn, Fine, Fine, Stop]);
+    }
+
+    #[test]
+    fn a_changing_reply_with_new_results_is_not_a_loop() {
         let mut d = LoopDetector::default();
         for i in 0..10 {
-            assert_eq!(d.observe("check the build", &results(&format!("progress {i}%"))), LoopVerdict::Fine);
+            let reply = format!("step {i}");
+            assert_eq!(d.observe(&reply, &results(&format!("progress {i}%"))), LoopVerdict::Fine);
         }
+    }
+
+    #[test]
+    fn the_warning_puts_finishing_first_with_the_example() {
+        let w = loop_warning(Some("<finish>\nmessage: done\n</finish>"));
+        let finish = w.find("call `finish` now").unwrap();
+        assert!(finish < w.find("do something different").unwrap(), "{w}");
+        assert!(w.contains("message: done") && w.starts_with("<loop_warning>") && w.ends_with("</loop_warning>"));
+        assert!(!loop_warning(None).contains("finish`"));
     }
 }

@@ -225,6 +225,22 @@ pub fn no_native_call_error(specs: &ToolSpecs) -> ActionParseError {
     }
 }
 
+/// A call of `tool` with `arguments`, written as the model should send it in `format`: a
+/// `<tool_call>` in the native format, the XML/YAML action otherwise.
+pub fn write_call(tool: &str, arguments: &serde_json::Value, format: ToolFormat) -> String {
+    match format {
+        ToolFormat::Native => {
+            // Name first, as the Hermes templates show it (a JSON map would sort the keys).
+            let name = serde_json::Value::from(tool);
+            format!("<tool_call>\n{{\"name\": {name}, \"arguments\": {arguments}}}\n</tool_call>")
+        }
+        ToolFormat::Auto | ToolFormat::Text => {
+            let body = serde_yaml::to_string(arguments).unwrap_or_default();
+            format!("<{tool}>\n{}\n</{tool}>", body.trim_end())
+        }
+    }
+}
+
 /// The observation text of a tool result without its `<TOOL_output>` wrapper: in the
 /// native format the chat template or the API marks a tool result itself.
 pub fn unwrap_observation<'a>(tool: &str, observation: &'a str) -> &'a str {
@@ -236,6 +252,21 @@ pub fn unwrap_observation<'a>(tool: &str, observation: &'a str) -> &'a str {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_written_call_parses_back_in_its_format() {
+        let specs = ToolSpecs::builtin().unwrap();
+        let args = serde_json::json!({"message": "done: it works"});
+        let text = write_call("finish", &args, ToolFormat::Text);
+        let parsed = crate::tools::parse_actions(&text, &specs);
+        assert_eq!(parsed.actions.len(), 1, "{text}");
+        assert_eq!(parsed.actions[0].args["message"], "done: it works");
+        let native = write_call("finish", &args, ToolFormat::Native);
+        assert!(native.starts_with("<tool_call>\n{") && native.ends_with("}\n</tool_call>"), "{native}");
+        let parsed = crate::tools::parse_actions(&native, &specs);
+        assert_eq!(parsed.actions.len(), 1, "{native}");
+        assert_eq!(parsed.actions[0].args["message"], "done: it works");
+    }
 
     #[test]
     fn auto_picks_native_only_where_supported() {

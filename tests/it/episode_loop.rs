@@ -261,3 +261,30 @@ async fn native_calls_in_the_text_are_parsed_and_answered() {
     assert_eq!(m[n - 1].tool_call_id.as_deref(), Some("call_2_1"));
     assert!(m[n - 1].content.starts_with("one\n"), "{:?}", m[n - 1].content);
 }
+
+/// A small model that sends the same call again and again, each time with a different
+/// result (a file rewritten, a todo item added twice), is warned after three identical
+/// replies, with the finish call written in its own format, and stopped after six.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_same_reply_again_and_again_is_warned_then_stopped() {
+    let dir = tempfile::tempdir().unwrap();
+    let call = "<tool_call>\n{\"name\": \"bash\", \"arguments\": {\"cmd\": \"date +%s%N\"}}\n</tool_call>";
+    let model = Arc::new(ScriptedBackend::new(vec![call.into(); 8]));
+    let h =
+        start_with(dir, model.clone(), EpisodeLimits::default(), ApprovalMode::Auto, true, ToolFormat::Native).await;
+    h.send(Op::UserTurn { text: "print the time".into() });
+    let (summary, _) = h.finish().await;
+    assert_eq!(summary.reason, EndReason::Repetition);
+    assert_eq!(summary.turns, 6);
+    let requests = model.requests();
+    let warned = |i: usize| requests[i].messages.iter().any(|m| m.content.contains("<loop_warning>"));
+    assert!(!warned(2), "warned before the third identical reply");
+    let warning = requests[3].messages.last().unwrap();
+    assert_eq!(warning.role, Role::User);
+    assert!(warning.content.contains("<loop_warning>"), "{}", warning.content);
+    assert!(
+        warning.content.contains("<tool_call>\n{\"name\": \"finish\", \"arguments\": {\"message\":"),
+        "{}",
+        warning.content
+    );
+}
