@@ -193,7 +193,13 @@ impl ToolExecutor {
                 let content = str_arg(args, "content").unwrap_or_default();
                 let existing = sandbox.read_file(&path).await.ok();
                 if let Some(FileData { kind: FileKind::Directory, .. }) = existing {
-                    return Ok(ToolOutcome::err("file", format!("{path} is a directory")));
+                    // Small models read "in the current directory" as `path: .`: say what
+                    // the path must be instead of only what it is.
+                    let example = format!("{}/NAME", path.trim_end_matches('/'));
+                    return Ok(ToolOutcome::err(
+                        "file",
+                        format!("{path} is a directory; `path` must be the file's own path, such as {example}"),
+                    ));
                 }
                 sandbox.write_file(&path, content.as_bytes(), existing.as_ref()).await?;
                 let verb = if existing.is_some() { "overwrote" } else { "created" };

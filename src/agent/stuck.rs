@@ -2,11 +2,12 @@
 //! again (a small model re-reading a file forever, or alternating between two replies) is
 //! warned once, and stopped if it goes on, instead of burning the rest of its turns and
 //! wall clock. The rule follows OpenHands' stuck detector: the same turn three times in a
-//! row, or two turns alternating twice. A reply sent word for word three times in a row is
-//! warned too even when its results differ (a small model that rewrites the same file, or
-//! adds the same todo item, again and again, each time with a slightly different result);
-//! it stops only after six, so that a model polling a slow job with the same command is
-//! told, not cut off at once.
+//! row, or two turns alternating twice. Replies that repeat word for word are warned too
+//! even when their results differ (a small model that rewrites the same file, or adds the
+//! same todo item, again and again, each time with a slightly different result): the same
+//! reply three times, or two replies alternating twice. Those stop only after twice as
+//! many, so that a model polling a slow job with the same command is told, not cut off at
+//! once.
 
 use std::collections::hash_map::DefaultHasher;
 use std::hash::{Hash, Hasher};
@@ -14,11 +15,13 @@ use std::hash::{Hash, Hasher};
 /// Turns after the warning that the loop may go on before the episode stops.
 const TURNS_AFTER_WARNING: usize = 3;
 
-/// Identical replies in a row (whatever came back) that earn a warning.
+/// Identical replies in a row (whatever came back) that earn a warning; twice as many
+/// end the episode.
 const SAME_REPLIES_WARN: usize = 3;
 
-/// Identical replies in a row (whatever came back) that end the episode.
-const SAME_REPLIES_STOP: usize = 6;
+/// Replies alternating between two texts (whatever came back) that earn a warning; twice
+/// as many end the episode.
+const ALTERNATING_REPLIES_WARN: usize = 4;
 
 /// What the loop should do after a turn.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -70,7 +73,7 @@ impl LoopDetector {
             return LoopVerdict::Fine;
         }
         let n = self.turns.len();
-        if self.same_replies() >= SAME_REPLIES_STOP {
+        if self.same_replies() >= 2 * SAME_REPLIES_WARN || self.alternating_replies() >= 2 * ALTERNATING_REPLIES_WARN {
             return LoopVerdict::Stop;
         }
         match self.warned_at {
@@ -84,7 +87,9 @@ impl LoopDetector {
     }
 
     fn looping(&self) -> bool {
-        self.turns_repeat() || self.same_replies() >= SAME_REPLIES_WARN
+        self.turns_repeat()
+            || self.same_replies() >= SAME_REPLIES_WARN
+            || self.alternating_replies() >= ALTERNATING_REPLIES_WARN
     }
 
     /// The same turn (reply and results) three times, or two turns alternating.
@@ -98,10 +103,27 @@ impl LoopDetector {
 
     /// How many of the last replies are the same text as the last one.
     fn same_replies(&self) -> usize {
-        match self.replies.last() {
-            Some(last) => self.replies.iter().rev().take_while(|r| *r == last).count(),
-            None => 0,
+        self.periodic_tail(1)
+    }
+
+    /// How many of the last replies alternate between two different texts (A B A B).
+    fn alternating_replies(&self) -> usize {
+        let r = &self.replies;
+        let n = r.len();
+        if n < 2 || r[n - 1] == r[n - 2] {
+            return 0;
         }
+        self.periodic_tail(2)
+    }
+
+    /// The length of the longest tail of replies that repeats with `period`.
+    fn periodic_tail(&self, period: usize) -> usize {
+        let r = &self.replies;
+        let n = r.len();
+        if n < period {
+            return n;
+        }
+        period + (period..n).rev().take_while(|&i| r[i] == r[i - period]).count()
     }
 }
 
@@ -164,6 +186,20 @@ mod tests {
             (0..6).map(|i| d.observe("check the build", &results(&format!("progress {i}%")))).collect();
         use LoopVerdict::*;
         assert_eq!(verdicts, [Fine, Fine, Warn, Fine, Fine, Stop]);
+    }
+
+    #[test]
+    fn two_replies_alternating_with_new_results_are_warned_then_stopped() {
+        let mut d = LoopDetector::default();
+        let verdicts: Vec<LoopVerdict> = (0..8)
+            .map(|i| {
+                let reply = if i % 2 == 0 { "write ." } else { "add the todo" };
+                d.observe(reply, &results(&format!("added #{i}")))
+            })
+            .collect();
+        use LoopVerdict::*;
+        assert_eq!(verdicts, [Fine, Fine, Fine, Warn, Fine, Fine, Fine, Stop]);
+        assert_eq!(d.periodic_tail(2), 8);
     }
 
     #[test]

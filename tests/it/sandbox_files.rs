@@ -72,6 +72,17 @@ async fn file_tool_reads_writes_edits_relative_to_the_shell() {
         .await
         .unwrap();
     assert!(out.observation.contains("created /work/src/main.py"), "{}", out.observation);
+    // A directory as the path (small models write "in the current directory" as `.`)
+    // is refused with the path it should have been.
+    let out = ex
+        .execute(&action("file", json!({"action": "write", "path": ".", "content": "hi"})), &cancel, &mut sink)
+        .await
+        .unwrap();
+    assert!(
+        out.observation.contains("/work is a directory; `path` must be the file's own path, such as /work/NAME"),
+        "{}",
+        out.observation
+    );
     let out = ex
         .execute(&action("file", json!({"action": "edit", "path": "src/main.py", "old_string": "print('a')", "new_string": "print(\"A\")"})), &cancel, &mut sink)
         .await
