@@ -6,11 +6,16 @@ use std::process::ExitCode;
 
 use clap::Parser;
 
+/// Warnings and errors, except llama.cpp's load-time warnings: the official Qwen GGUF files
+/// make it warn about a token type on every load, which tells a user nothing (`-v` or
+/// `AGENT_LOG` shows them again).
+const DEFAULT_LOG: &str = "warn,llama-cpp-2=error";
+
 fn main() -> ExitCode {
     keep_freed_memory();
     let args = cli::Cli::parse();
     let filter = tracing_subscriber::EnvFilter::try_from_env("AGENT_LOG")
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(if args.verbose { "agent=debug" } else { "warn" }));
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(if args.verbose { "agent=debug" } else { DEFAULT_LOG }));
     tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).init();
     let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(rt) => rt,
