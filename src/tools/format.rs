@@ -112,7 +112,24 @@ pub fn untagged_json_calls(text: &str, specs: &ToolSpecs) -> Vec<Result<Action, 
     }
     let mut out = attribute_tag_calls(text, specs);
     for body in bodies {
-        let Ok(value) = serde_json::from_str::<serde_json::Value>(body.trim()) else { continue };
+        let body = body.trim();
+        // YAML flow syntax is a lenient superset (single quotes, bare words), as in tags.
+        let parsed = serde_json::from_str::<serde_json::Value>(body)
+            .map_err(|e| e.to_string())
+            .or_else(|json_error| serde_yaml::from_str::<serde_json::Value>(body).map_err(|_| json_error));
+        let value = match parsed {
+            Ok(value) => value,
+            Err(json_error) => {
+                // A broken call is answered with its error, not skipped: skipping it would
+                // run the calls after it as if it had worked.
+                if let Some(error) = broken_call_error(body, &json_error, specs) {
+                    if out.len() < super::MAX_ITEMS {
+                        out.push(Err(error));
+                    }
+                }
+                continue;
+            }
+        };
         let calls = match value {
             serde_json::Value::Array(items) => items,
             other => vec![other],
@@ -140,6 +157,34 @@ pub fn untagged_json_calls(text: &str, specs: &ToolSpecs) -> Vec<Result<Action, 
         }
     }
     out
+}
+
+/// The error for a block that was meant as a call (it names a tool under `"name"`) but
+/// is not valid JSON; `None` for a block that is not a call at all.
+fn broken_call_error(body: &str, json_error: &str, specs: &ToolSpecs) -> Option<ActionParseError> {
+    if !body.contains("\"name\"") {
+        return None;
+    }
+    let spec = specs.iter().find(|spec| body.contains(&format!("\"{}\"", spec.name)))?;
+    let hint = if body.contains("\"\"\"") {
+        " JSON strings take one pair of double quotes, with line breaks written as \\n (there are no \"\"\" strings)."
+    } else {
+        ""
+    };
+    Some(ActionParseError {
+        tool: Some(spec.name.clone()),
+        message: format!("this call is not valid JSON ({json_error}); it did not run.{hint}"),
+        snippet: body.chars().take(300).collect(),
+        example: write_call(&spec.name, &example_arguments(spec), ToolFormat::Native),
+    })
+}
+
+/// A tool's first example as its arguments object (empty when it has none).
+fn example_arguments(spec: &super::ToolSpec) -> serde_json::Value {
+    spec.examples
+        .first()
+        .and_then(|e| serde_yaml::from_str::<serde_json::Value>(&e.body).ok())
+        .unwrap_or_else(|| serde_json::json!({}))
 }
 
 /// Calls written as a self-closing tag named after a tool whose attributes are its
@@ -254,6 +299,25 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_broken_json_call_is_an_error_in_its_place_and_the_next_still_runs() {
+        let specs = ToolSpecs::builtin().unwrap();
+        let reply = "```json\n{\"name\": \"file\", \"arguments\": {\"action\": \"write\", \"path\": \"/app/a\", \"content\": \"\"\"hi\n\"\"\"}}\n```\n\
+                     then\n```json\n{\"name\": \"file\", \"arguments\": {\"action\": \"read\", \"path\": \"/app/a\"}}\n```\n\
+                     and prose\n```json\n{\"not\": [\"a call\"\n```\n";
+        let calls = untagged_json_calls(reply, &specs);
+        assert_eq!(calls.len(), 2, "{calls:?}");
+        let error = calls[0].as_ref().unwrap_err();
+        assert_eq!(error.tool.as_deref(), Some("file"));
+        assert!(
+            error.message.contains("not valid JSON") && error.message.contains("no \"\"\" strings"),
+            "{}",
+            error.message
+        );
+        assert!(error.example.starts_with("<tool_call>\n{\"name\": \"file\""), "{}", error.example);
+        assert_eq!(calls[1].as_ref().unwrap().args["action"], "read");
+    }
+
+    #[test]
     fn a_written_call_parses_back_in_its_format() {
         let specs = ToolSpecs::builtin().unwrap();
         let args = serde_json::json!({"message": "done: it works"});
@@ -313,14 +377,17 @@ mod tests {
         // Invalid arguments of a real tool are that tool's error.
         let bad = r#"{"name": "bash", "arguments": {"timeout_secs": 3}}"#;
         assert_eq!(untagged_json_calls(bad, &specs)[0].as_ref().unwrap_err().tool.as_deref(), Some("bash"));
-        // Not calls: other languages, other shapes, unknown names, prose, broken JSON, an
-        // unclosed fence.
+        // Broken JSON that names a tool is that tool's error (it does not run).
+        let broken = untagged_json_calls("```json\n{\"name\": \"bash\", \"arguments\": \n```", &specs);
+        assert_eq!(broken[0].as_ref().unwrap_err().tool.as_deref(), Some("bash"));
+        // Not calls: other languages, other shapes, unknown names, prose, broken JSON that
+        // names no tool, an unclosed fence.
         for text in [
             "```python\n{\"name\": \"bash\", \"arguments\": {\"cmd\": \"ls\"}}\n```",
             r#"{"tool": "bash", "cmd": "ls"}"#,
             r#"{"name": "python", "arguments": {"code": "1"}}"#,
             "Use the bash tool with {\"cmd\": \"ls\"}.",
-            "```json\n{\"name\": \"bash\", \"arguments\": \n```",
+            "```json\n{\"name\": \"python\", \"arguments\": \n```",
             "```\n",
             "",
         ] {
