@@ -91,9 +91,10 @@ fn to_string(value: Yaml, name: &str) -> Result<String, String> {
         Yaml::Number(n) => Ok(n.to_string()),
         Yaml::Bool(b) => Ok(b.to_string()),
         other => Err(format!(
-            "`{name}` must be a string, but it is {}; if the text contains `: ` or starts \
-             with `[`, `{{`, `*`, `&`, `!` or a quote, put it in quotes or write it as a `|` \
-             block on the following, indented lines",
+            "`{name}` must be a string, but it is {}. Several lines go in one string (in JSON \
+             joined with \\n). In YAML, text that contains `: ` or starts with `[`, `{{`, `*`, \
+             `&`, `!` or a quote must be quoted or written as a `|` block on the following, \
+             indented lines",
             describe(&other)
         )),
     }
