@@ -135,25 +135,12 @@ pub fn untagged_json_calls(text: &str, specs: &ToolSpecs) -> Vec<Result<Action, 
             other => vec![other],
         };
         for call in calls {
-            let Some(name) = call.get("name").and_then(|n| n.as_str()) else { continue };
-            if specs.get(name).is_none() || out.len() >= super::MAX_ITEMS {
+            let serde_json::Value::Object(mut call) = call else { continue };
+            let Some(serde_json::Value::String(name)) = call.remove("name") else { continue };
+            if specs.get(&name).is_none() || out.len() >= super::MAX_ITEMS {
                 continue;
             }
-            let arguments = call.get("arguments").or_else(|| call.get("parameters")).cloned();
-            // `{"name": "finish", "message": "..."}`: the arguments written beside the name.
-            let arguments = arguments.unwrap_or_else(|| match &call {
-                serde_json::Value::Object(map) => {
-                    let rest: serde_json::Map<_, _> =
-                        map.iter().filter(|(k, _)| k.as_str() != "name").map(|(k, v)| (k.clone(), v.clone())).collect();
-                    if rest.is_empty() {
-                        serde_json::Value::Null
-                    } else {
-                        serde_json::Value::Object(rest)
-                    }
-                }
-                _ => serde_json::Value::Null,
-            });
-            out.push(super::parse_native_call(name, &arguments, specs));
+            out.push(super::parse_native_call(&name, &super::parser::call_arguments(call), specs));
         }
     }
     out

@@ -94,7 +94,7 @@ use memchr::memchr;
 use super::{Action, ActionParseError, ToolSpec, ToolSpecs};
 use scanner::Scanner;
 
-pub use native::{default_native_example, parse_native_call};
+pub use native::{call_arguments, default_native_example, parse_native_call};
 
 /// Longest snippet of offending text in an error, in bytes.
 const SNIPPET_MAX: usize = 300;

@@ -106,19 +106,22 @@ impl Scanner<'_> {
         let Some(Json::String(name)) = call.remove("name") else {
             return Err(shape_error("the tool call has no `name`; expected {\"name\": TOOL, \"arguments\": {...}}"));
         };
-        let arguments = ["arguments", "parameters"].iter().find_map(|key| call.remove(*key)).unwrap_or_else(|| {
-            // `{"name": "finish", "message": "..."}`: the arguments written beside the name.
-            if call.is_empty() {
-                Json::Null
-            } else {
-                Json::Object(std::mem::take(&mut call))
-            }
-        });
-        parse_native_call(&name, &arguments, self.specs)
+        parse_native_call(&name, &call_arguments(call), self.specs)
     }
 
     fn default_native_example(&self) -> String {
         default_native_example(self.specs)
+    }
+}
+
+/// The arguments of a call object whose `name` was taken out: under `arguments` (or
+/// `parameters`), else the keys written beside the name (`{"name": "finish", "message":
+/// "..."}`, as small models write it).
+pub fn call_arguments(mut call: Map<String, Json>) -> Json {
+    match ["arguments", "parameters"].iter().find_map(|key| call.remove(*key)) {
+        Some(arguments) => arguments,
+        None if call.is_empty() => Json::Null,
+        None => Json::Object(call),
     }
 }
 
