@@ -7,6 +7,7 @@
 #
 #   scripts/bench-models.sh [OUT_DIR] [TASKS_DIR]    # runs/bench-models, ../shared/tb1-tasks
 #   MODELS="qwen2.5-coder-1.5b" FORMATS="native text" scripts/bench-models.sh
+#   BENCH_ARGS="--timeout-multiplier 0.5" scripts/bench-models.sh   # shorter trials
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/env.sh
@@ -26,7 +27,7 @@ for model in $models; do
     if [ -f "$dir/run.json" ]; then resume=(--resume); fi
     echo "● $model, $format format → $dir"
     "$AGENT_BIN" bench "$tasks" --model "$model" --tool-format "$format" -k 1 --quiet \
-      --output "$dir" "${resume[@]}" || echo "✗ $model $format: the run failed (see above)" >&2
+      --output "$dir" ${BENCH_ARGS:-} "${resume[@]}" || echo "✗ $model $format: the run failed (see above)" >&2
   done
 done
 python3 - "$out" <<'PY'

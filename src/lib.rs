@@ -5,6 +5,7 @@
 //! [`sandbox`] container.
 
 pub mod agent;
+pub mod assets;
 pub mod bench;
 pub mod config;
 pub mod judge;
@@ -13,7 +14,6 @@ pub mod models;
 pub mod protocol;
 pub mod sandbox;
 pub mod serve;
-pub mod task;
 pub mod tools;
 pub mod train;
 pub mod tui;

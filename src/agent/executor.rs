@@ -5,7 +5,7 @@ use std::time::Duration;
 use serde_json::{Map, Value};
 use tokio_util::sync::CancellationToken;
 
-use crate::sandbox::{exec_capture, resolve_path, sanitize, FileData, FileKind, OutputCollector, SandboxError, Shell};
+use crate::sandbox::{resolve_path, sanitize, FileData, FileKind, OutputCollector, SandboxError, Shell};
 use crate::tools::Action;
 
 use super::todo::TodoList;
@@ -310,8 +310,7 @@ impl ToolExecutor {
             other => return Ok(ToolOutcome::err("search", format!("unknown search action `{other}`"))),
         }
         let refs: Vec<&str> = argv.iter().map(String::as_str).collect();
-        let out =
-            exec_capture(sandbox.docker(), sandbox.id(), &refs, Some(&cwd), Duration::from_secs(60), 4 << 20).await?;
+        let out = sandbox.exec(&refs, Some(&cwd), Duration::from_secs(60), 4 << 20).await?;
         let mut collector = OutputCollector::new(self.max_output);
         collector.push(&out.stdout);
         let text = collector.render();

@@ -1,6 +1,7 @@
 //! The episode loop and what it needs: tool execution, the system prompt, the todo
 //! list and the trajectory record.
 
+mod episode;
 mod executor;
 mod prompt;
 mod session;
@@ -8,6 +9,10 @@ mod stuck;
 mod todo;
 mod trajectory;
 
+pub use episode::{
+    build_episode, ContainerSource, Episode, EpisodeError, EpisodeOutcome, EpisodeRequest, ImageContainer, PromptParts,
+    RunningEpisode,
+};
 pub use executor::{ToolExecutor, ToolOutcome};
 pub use prompt::{civil_date, render_system_prompt, system_prompt};
 pub use session::{spawn_session, EpisodeSummary, SessionConfig, SessionHandle};

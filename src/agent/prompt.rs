@@ -4,7 +4,8 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use crate::tools::{render_native_tool_section, render_tool_section, ToolFormat, ToolSpecs};
 
-const SYSTEM_TEMPLATE: &str = include_str!("../../prompts/system.md");
+/// The built-in system-prompt template.
+pub(crate) const SYSTEM_TEMPLATE: &str = include_str!("../../prompts/system.md");
 
 /// Renders the system prompt for a sandbox whose shell starts in `cwd`.
 /// `project_instructions` is the content of the project's `AGENTS.md`, if any; `format`

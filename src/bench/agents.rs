@@ -12,12 +12,11 @@ use tokio_util::sync::CancellationToken;
 use super::results::FailureMode;
 use super::solution::Solution;
 use super::task::BenchTask;
-use crate::agent::{render_system_prompt, spawn_session, system_prompt, SessionConfig, ToolExecutor};
+use crate::agent::{build_episode, ContainerSource, EpisodeRequest};
 use crate::config::Config;
 use crate::llm::{resolve_model, ModelBackend, ModelSpec, ResolveOptions};
-use crate::protocol::{ApprovalMode, EndReason, Event, Op, TokenUsage};
+use crate::protocol::{EndReason, Event, Op, TokenUsage};
 use crate::sandbox::{Sandbox, Shell};
-use crate::tools::ToolSpecs;
 
 /// Which agent runs the trials.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, Serialize, Deserialize)]
@@ -162,43 +161,17 @@ async fn ours(
             Err(e) => return failed(FailureMode::AgentError, format!("the model could not be loaded: {e}")),
         },
     };
-    let specs = match ToolSpecs::builtin() {
-        Ok(s) => s,
+    let mut request = EpisodeRequest::headless(config, ContainerSource::Started(sandbox.clone()), run_id, episode_id);
+    request.limits.wall_clock_secs = task.agent_timeout.as_secs_f64().ceil() as u64;
+    request.trajectory = Some(trial_dir.join("trajectory.jsonl"));
+    let episode = match build_episode(sandbox.engine(), config, model.as_ref(), request, &mut |_| {}).await {
+        Ok(e) => e,
         Err(e) => return failed(FailureMode::AgentError, e.to_string()),
     };
-    let shell = match Shell::start(sandbox, config.sandbox.max_output_bytes).await {
-        Ok(s) => s,
-        Err(e) => return failed(FailureMode::AgentError, e.to_string()),
-    };
-    let tool_format = match config.tool_format.resolve(&model.name(), model.native_tools()) {
-        Ok(f) => f,
-        Err(e) => return failed(FailureMode::AgentError, e),
-    };
-    let mut limits = config.episode.clone();
-    limits.wall_clock_secs = task.agent_timeout.as_secs_f64().ceil() as u64;
-    let session_cfg = SessionConfig {
-        limits,
-        approval: ApprovalMode::Auto,
-        system_prompt: match &config.system_prompt {
-            Some(template) => render_system_prompt(template, &specs, shell.cwd(), None, tool_format),
-            None => system_prompt(&specs, shell.cwd(), None, tool_format),
-        },
-        end_after_first_task: true,
-        run_id: run_id.to_string(),
-        episode_id: episode_id.to_string(),
-        model_name: model.name(),
-        image: sandbox.image().to_string(),
-        container: sandbox.name().to_string(),
-        trajectory: Some(trial_dir.join("trajectory.jsonl")),
-        tool_format,
-    };
-    let executor = ToolExecutor::new(
-        shell,
-        Duration::from_secs(config.sandbox.command_timeout_secs),
-        config.sandbox.max_output_bytes,
-    );
+    let tool_format = episode.session.tool_format;
     let mut events_log = std::fs::File::create(trial_dir.join("events.jsonl")).ok();
-    let mut handle = spawn_session(session_cfg, model, specs, executor);
+    let mut running = episode.spawn(model);
+    let handle = &mut running.handle;
     let _ = handle.ops.send(Op::UserTurn { text: task.instruction.clone() });
     // The session enforces the wall clock itself; this is the backstop for a model
     // call that does not return.
@@ -232,9 +205,8 @@ async fn ours(
             }
         }
     }
-    if tokio::time::timeout(Duration::from_secs(10), &mut handle.join).await.is_err() {
-        handle.join.abort();
-    }
+    // The trial owns the container: finishing only waits for the session.
+    running.finish(Duration::from_secs(10)).await;
     if let Ok(jsonl) = std::fs::read_to_string(trial_dir.join("trajectory.jsonl")) {
         let atif = super::atif::to_atif(&jsonl);
         if let Ok(text) = serde_json::to_vec_pretty(&atif) {

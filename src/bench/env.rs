@@ -1,20 +1,15 @@
 //! A trial's environment: a network when the task has several services, the
 //! services started in order and health-checked, and the agent's container; all of
-//! it labelled with the run id and removed on every path.
+//! it labelled with the run id and removed on every path. Every container, services
+//! included, is created by the sandbox module with the same hardening and limits.
 
-use std::collections::HashMap;
 use std::time::{Duration, Instant};
-
-use bollard::container::{Config, CreateContainerOptions, RemoveContainerOptions};
-use bollard::models::{EndpointSettings, HostConfig};
-use bollard::network::{ConnectNetworkOptions, CreateNetworkOptions, ListNetworksOptions};
-use bollard::Docker;
 
 use super::compose::{Service, CLIENT, TEST_DIR};
 use super::images::TaskImages;
 use super::task::BenchTask;
 use crate::sandbox::docker_name_part;
-use crate::sandbox::{self, ContainerConfig, Sandbox, LABEL_EPISODE, LABEL_OWNER, LABEL_RUN};
+use crate::sandbox::{ContainerConfig, ContainerProcess, Engine, Network, Sandbox};
 
 /// Container settings shared by every trial of a run.
 #[derive(Debug, Clone)]
@@ -24,36 +19,55 @@ pub struct EnvSettings {
     pub memory_bytes: i64,
     pub pids_limit: i64,
     pub extra_hosts: Vec<String>,
+    /// Access beyond the environment's own network. Without it, a lone container has
+    /// no network and a task's services share an internal one.
+    pub network: bool,
+}
+
+impl EnvSettings {
+    /// The config's container limits, with network access.
+    pub fn from_config(config: &crate::config::Config, run_id: &str, extra_hosts: Vec<String>) -> Self {
+        Self {
+            run_id: run_id.to_string(),
+            cpus: config.sandbox.cpus,
+            memory_bytes: config.sandbox.memory_mb << 20,
+            pids_limit: config.sandbox.pids_limit,
+            extra_hosts,
+            network: true,
+        }
+    }
+
+    /// A container of this run with the run's limits.
+    fn container(&self, image: String, episode: &str) -> ContainerConfig {
+        let mut cfg = ContainerConfig::new(image, self.run_id.clone(), episode.to_string());
+        cfg.cpus = self.cpus;
+        cfg.memory_bytes = self.memory_bytes;
+        cfg.pids_limit = self.pids_limit;
+        cfg.extra_hosts = self.extra_hosts.clone();
+        cfg.name_prefix = "agent-bench".into();
+        cfg
+    }
 }
 
 /// A started environment.
 pub struct TrialEnv {
-    docker: Docker,
     client: Option<Sandbox>,
-    sidecars: Vec<String>,
-    network: Option<String>,
-}
-
-fn labels(run_id: &str, episode: &str) -> HashMap<String, String> {
-    HashMap::from([
-        (LABEL_RUN.to_string(), run_id.to_string()),
-        (LABEL_EPISODE.to_string(), episode.to_string()),
-        (LABEL_OWNER.to_string(), sandbox::owner_label()),
-    ])
+    services: Vec<Sandbox>,
+    network: Option<Network>,
 }
 
 impl TrialEnv {
     /// Starts the environment; on failure everything started so far is removed and
     /// the reason returned.
     pub async fn start(
-        docker: &Docker,
+        engine: &Engine,
         task: &BenchTask,
         images: &TaskImages,
         settings: &EnvSettings,
         episode: &str,
     ) -> Result<TrialEnv, String> {
-        let mut env = TrialEnv { docker: docker.clone(), client: None, sidecars: Vec::new(), network: None };
-        match env.start_inner(task, images, settings, episode).await {
+        let mut env = TrialEnv { client: None, services: Vec::new(), network: None };
+        match env.start_inner(engine, task, images, settings, episode).await {
             Ok(client) => {
                 env.client = Some(client);
                 Ok(env)
@@ -67,6 +81,7 @@ impl TrialEnv {
 
     async fn start_inner(
         &mut self,
+        engine: &Engine,
         task: &BenchTask,
         images: &TaskImages,
         settings: &EnvSettings,
@@ -81,93 +96,46 @@ impl TrialEnv {
                 docker_name_part(episode),
                 &uuid::Uuid::new_v4().simple().to_string()[..6]
             );
-            let opts = CreateNetworkOptions {
-                name: name.clone(),
-                driver: "bridge".to_string(),
-                labels: labels(&settings.run_id, episode),
-                ..Default::default()
-            };
-            self.docker.create_network(opts).await.map_err(|e| format!("cannot create the network {name}: {e}"))?;
-            self.network = Some(name);
+            let network = Network::create(engine, &name, &settings.run_id, episode, !settings.network)
+                .await
+                .map_err(|e| e.to_string())?;
+            self.network = Some(network);
         }
         for service in task.environment.sidecars() {
-            let id = self.start_sidecar(service, &image_of(service)?, settings, episode).await?;
+            let mut cfg = settings.container(image_of(service)?, episode);
+            cfg.name_prefix = format!("agent-bench-{}", docker_name_part(&service.name));
+            cfg.process = ContainerProcess::Image(service.command.clone());
+            cfg.env = service.environment.clone();
+            cfg.workdir = service.working_dir.clone();
+            cfg.join = self.network.as_ref().map(|n| (n.name().to_string(), vec![service.name.clone()]));
+            let started = Sandbox::start(engine, &cfg)
+                .await
+                .map_err(|e| format!("cannot start the `{}` service: {e}", service.name))?;
+            self.services.push(started.clone());
             if let Some(hc) = &service.healthcheck {
-                wait_healthy(&self.docker, &id, &service.name, &hc.argv, hc.deadline).await?;
+                wait_healthy(&started, &service.name, &hc.argv, hc.deadline).await?;
             }
         }
         let client = task.environment.client().ok_or("the environment has no `client` service")?;
-        let mut cfg = ContainerConfig::new(image_of(client)?, settings.run_id.clone(), episode.to_string());
-        cfg.cpus = settings.cpus;
-        cfg.memory_bytes = settings.memory_bytes;
-        cfg.pids_limit = settings.pids_limit;
-        cfg.extra_hosts = settings.extra_hosts.clone();
+        let mut cfg = settings.container(image_of(client)?, episode);
         cfg.workdir = client.working_dir.clone();
         cfg.env = client.environment.clone();
         if !cfg.env.iter().any(|e| e.starts_with("TEST_DIR=")) {
             cfg.env.push(format!("TEST_DIR={TEST_DIR}"));
         }
-        cfg.name_prefix = "agent-bench".into();
-        let sandbox = Sandbox::start(&self.docker, &cfg).await.map_err(|e| e.to_string())?;
-        if let Some(net) = &self.network {
-            let opts = ConnectNetworkOptions {
-                container: sandbox.id().to_string(),
-                endpoint_config: EndpointSettings { aliases: Some(vec![CLIENT.to_string()]), ..Default::default() },
-            };
-            if let Err(e) = self.docker.connect_network(net, opts).await {
+        if !settings.network {
+            // Only the services' internal network, or none at all.
+            cfg.join = self.network.as_ref().map(|n| (n.name().to_string(), vec![CLIENT.to_string()]));
+            cfg.network = cfg.join.is_some();
+        }
+        let sandbox = Sandbox::start(engine, &cfg).await.map_err(|e| e.to_string())?;
+        if let (Some(net), true) = (&self.network, settings.network) {
+            if let Err(e) = net.connect(&sandbox, CLIENT).await {
                 sandbox.remove().await;
-                return Err(format!("cannot connect the agent's container to {net}: {e}"));
+                return Err(format!("cannot connect the agent's container to its services: {e}"));
             }
         }
         Ok(sandbox)
-    }
-
-    async fn start_sidecar(
-        &mut self,
-        service: &Service,
-        image: &str,
-        settings: &EnvSettings,
-        episode: &str,
-    ) -> Result<String, String> {
-        let name = format!(
-            "agent-bench-{}-{}-{}",
-            docker_name_part(episode),
-            docker_name_part(&service.name),
-            &uuid::Uuid::new_v4().simple().to_string()[..6]
-        );
-        let net = self.network.clone().unwrap_or_else(|| "bridge".into());
-        let config = Config {
-            image: Some(image.to_string()),
-            cmd: service.command.clone(),
-            env: Some(service.environment.clone()),
-            working_dir: service.working_dir.clone(),
-            labels: Some(labels(&settings.run_id, episode)),
-            host_config: Some(HostConfig {
-                network_mode: Some(net.clone()),
-                extra_hosts: (!settings.extra_hosts.is_empty()).then(|| settings.extra_hosts.clone()),
-                memory: Some(settings.memory_bytes),
-                pids_limit: Some(settings.pids_limit),
-                ..Default::default()
-            }),
-            networking_config: Some(bollard::container::NetworkingConfig {
-                endpoints_config: HashMap::from([(
-                    net,
-                    EndpointSettings { aliases: Some(vec![service.name.clone()]), ..Default::default() },
-                )]),
-            }),
-            ..Default::default()
-        };
-        let created = self
-            .docker
-            .create_container(Some(CreateContainerOptions { name: name.clone(), platform: None }), config)
-            .await
-            .map_err(|e| format!("cannot create the `{}` service: {e}", service.name))?;
-        self.sidecars.push(created.id.clone());
-        self.docker
-            .start_container::<String>(&created.id, None)
-            .await
-            .map_err(|e| format!("cannot start the `{}` service: {e}", service.name))?;
-        Ok(created.id)
     }
 
     /// The agent's container (absent only after [`TrialEnv::teardown`]).
@@ -180,32 +148,21 @@ impl TrialEnv {
         if let Some(client) = self.client.take() {
             client.remove().await;
         }
-        for id in self.sidecars.drain(..) {
-            let opts = RemoveContainerOptions { force: true, v: true, ..Default::default() };
-            if let Err(e) = self.docker.remove_container(&id, Some(opts)).await {
-                tracing::warn!("could not remove service container {id}: {e}");
-            }
+        for service in self.services.drain(..) {
+            service.remove().await;
         }
         if let Some(net) = self.network.take() {
-            if let Err(e) = self.docker.remove_network(&net).await {
-                tracing::warn!("could not remove network {net}: {e}");
-            }
+            net.remove().await;
         }
     }
 }
 
-async fn wait_healthy(
-    docker: &Docker,
-    id: &str,
-    name: &str,
-    argv: &[String],
-    deadline: Duration,
-) -> Result<(), String> {
+async fn wait_healthy(service: &Sandbox, name: &str, argv: &[String], deadline: Duration) -> Result<(), String> {
     let started = Instant::now();
     let argv: Vec<&str> = argv.iter().map(String::as_str).collect();
     let mut last = String::new();
     while started.elapsed() < deadline {
-        match sandbox::exec_capture(docker, id, &argv, None, Duration::from_secs(10), 2048).await {
+        match service.exec(&argv, None, Duration::from_secs(10), 2048).await {
             Ok(out) if out.exit_code == Some(0) => return Ok(()),
             Ok(out) => last = String::from_utf8_lossy(&out.stderr).trim().chars().take(200).collect(),
             Err(e) => last = e.to_string(),
@@ -213,51 +170,4 @@ async fn wait_healthy(
         tokio::time::sleep(Duration::from_millis(300)).await;
     }
     Err(format!("the `{name}` service did not become healthy within {} s (last check: {last})", deadline.as_secs()))
-}
-
-/// Removes every network labelled with `run_id` (containers go through
-/// [`sandbox::remove_run`]); returns how many were removed.
-pub async fn remove_run_networks(docker: &Docker, run_id: &str) -> usize {
-    let filters = HashMap::from([("label".to_string(), vec![format!("{LABEL_RUN}={run_id}")])]);
-    let Ok(list) = docker.list_networks(Some(ListNetworksOptions { filters })).await else { return 0 };
-    let mut n = 0;
-    for net in list {
-        if let Some(id) = net.id {
-            if docker.remove_network(&id).await.is_ok() {
-                n += 1;
-            }
-        }
-    }
-    n
-}
-
-/// Removes every container and network of `run_id`.
-pub async fn remove_run(docker: &Docker, run_id: &str) -> (usize, usize) {
-    let containers = sandbox::remove_run(docker, run_id).await.unwrap_or(0);
-    (containers, remove_run_networks(docker, run_id).await)
-}
-
-/// [`remove_run`] until nothing of the run is left: after an interrupt, a create
-/// call that was in flight can finish (or still be finishing, which makes its
-/// removal fail) after the first pass.
-pub async fn remove_run_settled(docker: &Docker, run_id: &str) -> (usize, usize) {
-    let mut total = (0, 0);
-    for pass in 0..20 {
-        let (c, n) = remove_run(docker, run_id).await;
-        total = (total.0 + c, total.1 + n);
-        if pass >= 1 && count_run(docker, run_id).await == 0 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(300)).await;
-    }
-    total
-}
-
-/// Containers (any state) and networks labelled with `run_id`.
-async fn count_run(docker: &Docker, run_id: &str) -> usize {
-    let filters = HashMap::from([("label".to_string(), vec![format!("{LABEL_RUN}={run_id}")])]);
-    let opts = bollard::container::ListContainersOptions { all: true, filters: filters.clone(), ..Default::default() };
-    let containers = docker.list_containers(Some(opts)).await.map(|l| l.len()).unwrap_or(1);
-    let networks = docker.list_networks(Some(ListNetworksOptions { filters })).await.map(|l| l.len()).unwrap_or(1);
-    containers + networks
 }

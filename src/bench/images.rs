@@ -7,7 +7,7 @@ use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
-use bollard::Docker;
+use crate::sandbox::Engine;
 use tokio::sync::OnceCell;
 
 use super::compose::ImageSource;
@@ -54,7 +54,7 @@ type StandinSlot = Arc<OnceCell<Result<(), String>>>;
 
 /// Builds task images once per run.
 pub struct ImageCache {
-    docker: Docker,
+    docker: Engine,
     map: ImageMap,
     build_env: BuildEnv,
     tasks: Mutex<HashMap<String, Slot>>,
@@ -63,7 +63,7 @@ pub struct ImageCache {
 
 impl ImageCache {
     /// `user_map` wins over the bench's own stand-ins.
-    pub fn new(docker: Docker, user_map: &ImageMap, build_env: BuildEnv) -> Self {
+    pub fn new(docker: Engine, user_map: &ImageMap, build_env: BuildEnv) -> Self {
         let mut map = user_map.clone();
         for (pat, tag, _, _) in BENCH_STANDINS {
             if user_map.lookup(pat.trim_end_matches('*')).is_none() {

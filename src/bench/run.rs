@@ -5,11 +5,11 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use bollard::Docker;
+use crate::sandbox::Engine;
 use futures_util::StreamExt;
 
 use super::agents::{AgentKind, ModelSource};
-use super::env::{remove_run_settled, EnvSettings};
+use super::env::EnvSettings;
 use super::error::BenchError;
 use super::hostenv::HostEnv;
 use super::images::ImageCache;
@@ -20,6 +20,7 @@ use super::trial::{run_trial, TrialContext};
 use super::verify::{Verifier, VerifyMode};
 use crate::config::Config;
 use crate::llm::{resolve_model, ModelSpec, ResolveOptions};
+use crate::sandbox::remove_run_settled;
 
 /// What `agent bench` was asked to do.
 #[derive(Debug, Clone)]
@@ -104,7 +105,7 @@ pub async fn run_bench(
     plan: &RunPlan,
     opts: &BenchOptions,
     config: &Config,
-    docker: &Docker,
+    docker: &Engine,
     notice: &(dyn Fn(String) + Sync),
 ) -> Result<ResultsFile, BenchError> {
     let m = &plan.manifest;
@@ -142,13 +143,7 @@ pub async fn run_bench(
         model,
         config: config.clone(),
         images: Arc::new(ImageCache::new(docker.clone(), &config.image_map, opts.host.build_env())),
-        env: EnvSettings {
-            run_id: plan.run_id.clone(),
-            cpus: config.sandbox.cpus,
-            memory_bytes: config.sandbox.memory_mb << 20,
-            pids_limit: config.sandbox.pids_limit,
-            extra_hosts: opts.host.extra_hosts.clone(),
-        },
+        env: EnvSettings::from_config(config, &plan.run_id, opts.host.extra_hosts.clone()),
         verifier,
     });
 

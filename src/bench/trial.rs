@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
-use bollard::Docker;
+use crate::sandbox::Engine;
 
 use super::agents::{run_agent, AgentKind, ModelSource};
 use super::env::{EnvSettings, TrialEnv};
@@ -18,7 +18,7 @@ use crate::config::Config;
 
 /// What every trial of a run shares.
 pub struct TrialContext {
-    pub docker: Docker,
+    pub docker: Engine,
     pub run_dir: PathBuf,
     pub agent: AgentKind,
     pub model: Option<ModelSource>,

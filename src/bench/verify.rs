@@ -5,7 +5,6 @@
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use bollard::container::UploadToContainerOptions;
 use serde::{Deserialize, Serialize};
 
 use super::compose::TEST_DIR;
@@ -250,10 +249,7 @@ async fn exec(
     timeout: Duration,
 ) -> Result<(String, Option<i64>, bool, Duration), String> {
     let started = Instant::now();
-    let out =
-        sandbox::exec_capture(sandbox.docker(), sandbox.id(), &["bash", "-c", cmd], None, timeout, MAX_TEST_OUTPUT)
-            .await
-            .map_err(|e| e.to_string())?;
+    let out = sandbox.exec(&["bash", "-c", cmd], None, timeout, MAX_TEST_OUTPUT).await.map_err(|e| e.to_string())?;
     let d = started.elapsed();
     let mut text = sandbox::sanitize(&out.stdout);
     if !out.stderr.is_empty() {
@@ -270,29 +266,7 @@ async fn upload(sandbox: &Sandbox, path: &str, bytes: &[u8]) -> Result<(), Strin
 
 /// Copies a host directory to `dest` (created) in the container.
 pub async fn copy_dir(sandbox: &Sandbox, src: &Path, dest: &str) -> Result<(), String> {
-    let name = dest.trim_start_matches('/');
-    let mut builder = tar::Builder::new(Vec::new());
-    builder.follow_symlinks(true);
-    let packed = if src.is_dir() {
-        builder.append_dir_all(name, src)
-    } else {
-        let mut h = tar::Header::new_gnu();
-        h.set_entry_type(tar::EntryType::Directory);
-        h.set_mode(0o755);
-        h.set_size(0);
-        builder.append_data(&mut h, name, std::io::empty())
-    };
-    packed.map_err(|e| format!("cannot pack {}: {e}", src.display()))?;
-    let archive = builder.into_inner().map_err(|e| format!("cannot pack {}: {e}", src.display()))?;
-    sandbox
-        .docker()
-        .upload_to_container(
-            sandbox.id(),
-            Some(UploadToContainerOptions { path: "/".to_string(), ..Default::default() }),
-            archive.into(),
-        )
-        .await
-        .map_err(|e| format!("cannot copy {} to {dest} in the container: {e}", src.display()))
+    sandbox.copy_dir_in(src, dest).await.map_err(|e| e.to_string())
 }
 
 #[cfg(test)]

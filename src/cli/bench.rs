@@ -109,7 +109,7 @@ pub async fn run(args: BenchArgs, mut config: Config) -> anyhow::Result<u8> {
         sig = signals.recv() => {
             eprintln!("● signal received: removing this run's containers and networks");
             sandbox::cleanup_registered(&docker).await;
-            bench::env::remove_run_settled(&docker, &plan.run_id).await;
+            sandbox::remove_run_settled(&docker, &plan.run_id).await;
             eprintln!("● finished trials are kept; continue with: agent bench --resume --output {}", plan.run_dir.display());
             return Ok(Signals::exit_code(sig));
         }
@@ -117,7 +117,7 @@ pub async fn run(args: BenchArgs, mut config: Config) -> anyhow::Result<u8> {
     let results = match outcome {
         Ok(r) => r,
         Err(e) => {
-            bench::env::remove_run_settled(&docker, &plan.run_id).await;
+            sandbox::remove_run_settled(&docker, &plan.run_id).await;
             return Err(e.into());
         }
     };

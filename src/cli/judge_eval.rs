@@ -22,9 +22,9 @@ pub struct JudgeEvalArgs {
     /// Where the report goes.
     #[arg(long, default_value = "runs/judge-eval")]
     pub output: PathBuf,
-    /// The suite: a folder of case files.
-    #[arg(long, default_value = "assets/judge-eval")]
-    pub suite: PathBuf,
+    /// The suite: a folder of case files (default: the built-in suite).
+    #[arg(long)]
+    pub suite: Option<PathBuf>,
     /// The rubric version in prompts/judge/.
     #[arg(long, default_value = "v1")]
     pub prompt: String,
@@ -49,7 +49,11 @@ pub struct JudgeEvalArgs {
 
 /// Runs the suite against every judge and writes the report.
 pub async fn run(args: JudgeEvalArgs) -> anyhow::Result<u8> {
-    let cases = load_suite(&args.suite)?;
+    let suite = match &args.suite {
+        Some(dir) => dir.clone(),
+        None => agent::assets::asset_path("judge-eval")?,
+    };
+    let cases = load_suite(&suite)?;
     let judges = if args.judges.is_empty() { vec!["default".to_string()] } else { args.judges.clone() };
     let resolve = ResolveOptions { api_key_env: args.api_key_env.clone(), local: args.local.options(), progress: true };
     let opts = JudgeOptions {

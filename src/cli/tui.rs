@@ -3,18 +3,17 @@
 
 use std::io::IsTerminal;
 use std::path::Path;
-use std::time::Duration;
 
 use anyhow::Context;
 use clap::Args;
 use futures_util::FutureExt;
 
-use agent::agent::{system_prompt, SessionConfig, ToolExecutor};
+use agent::agent::{build_episode, ContainerSource, EpisodeRequest, ImageContainer};
 use agent::config::Config;
 use agent::llm::{resolve_model, ModelSpec, ResolveOptions};
 use agent::protocol::ApprovalMode;
-use agent::sandbox::{self, ContainerConfig, Sandbox, Shell};
-use agent::tools::{ToolFormat, ToolSpecs};
+use agent::sandbox;
+use agent::tools::ToolFormat;
 use agent::tui::{popup, store, AppConfig, TuiContext};
 
 use super::signals::Signals;
@@ -90,88 +89,68 @@ pub async fn run(args: TuiArgs, config: Config, local: agent::llm::LocalModelOpt
     let run_id = uuid::Uuid::new_v4().simple().to_string();
     let spec_text = args.model.clone().or(config.model.clone()).unwrap_or_else(|| "default".into());
     let spec = ModelSpec::parse(&spec_text)?;
-    let docker = sandbox::connect().await?;
+    let engine = sandbox::connect().await?;
     let resolve = ResolveOptions { api_key_env: config.api_key_env.clone(), local, progress: true };
     say(&format!("● loading the model {spec_text}"));
     let model = resolve_model(&spec, &resolve).await?;
     let tool_format = args.tool_format.unwrap_or(config.tool_format);
     // Refused here, before the UI opens; a later `/model` switch falls back to text.
     tool_format.resolve(&model.name(), model.native_tools()).map_err(|e| anyhow::anyhow!(e))?;
-    let _ = sandbox::prune(&docker, sandbox::PruneScope::Orphaned).await;
+    let _ = sandbox::prune(&engine, sandbox::PruneScope::Orphaned).await;
 
     say("● starting the sandbox");
+    let mut limits = config.episode.clone();
+    // One interactive session spans many tasks: the per-episode limits of the
+    // headless runner would end it after a few of them.
+    limits.max_turns = limits.max_turns.max(100_000);
+    limits.token_budget = limits.token_budget.max(1 << 40);
+    limits.wall_clock_secs = limits.wall_clock_secs.max(30 * 24 * 3600);
+    let mut wanted = ImageContainer::new(config.sandbox.image.clone());
+    wanted.network = !args.no_network;
+    wanted.binds = vec![format!("{}:/workspace", cwd.display())];
+    wanted.workdir = Some("/workspace".into());
+    wanted.name_prefix = "agent-tui".into();
+    let request = EpisodeRequest {
+        container: ContainerSource::Image(wanted),
+        run_id: run_id.clone(),
+        episode_id: String::new(),
+        approval: ApprovalMode::Ask,
+        end_after_first_task: false,
+        limits: limits.clone(),
+        trajectory: None,
+    };
+    // The UI resolves the format for each session (a `/model` switch can change it).
+    let mut ui_config = config.clone();
+    ui_config.tool_format = ToolFormat::Text;
     let prepare = async {
         let mut notices = Vec::new();
         let mut on_notice = |n: String| notices.push(n);
-        let image = sandbox::resolve_image(&docker, &config.image_map, &config.sandbox.image, &mut on_notice).await?;
-        let mut cfg = ContainerConfig::new(image, run_id.clone(), format!("{}-0", &run_id[..12]));
-        cfg.cpus = config.sandbox.cpus;
-        cfg.memory_bytes = config.sandbox.memory_mb << 20;
-        cfg.pids_limit = config.sandbox.pids_limit;
-        cfg.network = config.sandbox.network && !args.no_network;
-        cfg.binds = vec![format!("{}:/workspace", cwd.display())];
-        cfg.workdir = Some("/workspace".into());
-        cfg.name_prefix = "agent-tui".into();
-        let sandbox = Sandbox::start(&docker, &cfg).await?;
-        match Shell::start(&sandbox, config.sandbox.max_output_bytes).await {
-            Ok(shell) => Ok((sandbox, shell)),
-            Err(e) => {
-                sandbox.remove().await;
-                Err(e)
-            }
-        }
+        build_episode(&engine, &ui_config, model.as_ref(), request, &mut on_notice).await
     };
     let prepared = tokio::select! {
         r = prepare => r,
         sig = signals.recv() => {
-            cleanup(&docker, &run_id).await;
+            cleanup(&engine, &run_id).await;
             return Ok(Signals::exit_code(sig));
         }
     };
-    let (sandbox, shell) = match prepared {
+    let episode = match prepared {
         Ok(p) => p,
         Err(e) => {
-            cleanup(&docker, &run_id).await;
+            cleanup(&engine, &run_id).await;
             return Err(e.into());
         }
     };
+    let sandbox = episode.sandbox.clone();
     // From here on the container exists: every path below ends in the clean-up.
     let result = async {
-        let specs = ToolSpecs::builtin()?;
-        let agents_md = std::fs::read_to_string(cwd.join("AGENTS.md")).ok();
-        let prompt = system_prompt(&specs, shell.cwd(), agents_md.as_deref(), ToolFormat::Text);
-        let native_prompt = system_prompt(&specs, shell.cwd(), agents_md.as_deref(), ToolFormat::Native);
-        let executor = ToolExecutor::new(
-            shell,
-            Duration::from_secs(config.sandbox.command_timeout_secs),
-            config.sandbox.max_output_bytes,
-        );
-        let mut limits = config.episode.clone();
-        // One interactive session spans many tasks: the per-episode limits of the
-        // headless runner would end it after a few of them.
-        limits.max_turns = limits.max_turns.max(100_000);
-        limits.token_budget = limits.token_budget.max(1 << 40);
-        limits.wall_clock_secs = limits.wall_clock_secs.max(30 * 24 * 3600);
-        let session = SessionConfig {
-            limits: limits.clone(),
-            approval: ApprovalMode::Ask,
-            system_prompt: prompt,
-            end_after_first_task: false,
-            run_id: run_id.clone(),
-            episode_id: String::new(),
-            model_name: model.name(),
-            image: sandbox.image().to_string(),
-            container: sandbox.name().to_string(),
-            trajectory: None,
-            tool_format: ToolFormat::Text,
-        };
+        let native_prompt = episode.prompt.render(&episode.specs, ToolFormat::Native);
         let ctx = TuiContext {
-            docker: docker.clone(),
-            sandbox: sandbox.clone(),
-            session,
+            sandbox: episode.sandbox.clone(),
+            session: episode.session,
             model: model.clone(),
             resolve: resolve.clone(),
-            specs,
+            specs: episode.specs,
             app: AppConfig {
                 model: model.name(),
                 workspace: cwd_text.clone(),
@@ -187,7 +166,7 @@ pub async fn run(args: TuiArgs, config: Config, local: agent::llm::LocalModelOpt
         };
         // A panic inside the UI must still remove the container (the panic hook has
         // already restored the terminal by the time it is caught here).
-        match std::panic::AssertUnwindSafe(agent::tui::run(ctx, executor)).catch_unwind().await {
+        match std::panic::AssertUnwindSafe(agent::tui::run(ctx, episode.executor)).catch_unwind().await {
             Ok(r) => r.map_err(anyhow::Error::from),
             Err(_) => Err(anyhow::anyhow!("the interactive UI crashed (see the message above)")),
         }
@@ -196,7 +175,7 @@ pub async fn run(args: TuiArgs, config: Config, local: agent::llm::LocalModelOpt
     agent::tui::terminal::restore();
     say("● removing the sandbox");
     sandbox.remove().await;
-    cleanup(&docker, &run_id).await;
+    cleanup(&engine, &run_id).await;
     result.map(|signal| signal.map_or(0, Signals::exit_code))
 }
 
@@ -220,11 +199,9 @@ fn print_sessions(dir: &Path) {
 }
 
 /// Removes whatever this run created, registered or not.
-async fn cleanup(docker: &bollard::Docker, run_id: &str) {
-    sandbox::cleanup_registered(docker).await;
-    if let Err(e) = sandbox::remove_run(docker, run_id).await {
-        tracing::warn!("clean-up of run {run_id}: {e}");
-    }
+async fn cleanup(engine: &sandbox::Engine, run_id: &str) {
+    sandbox::cleanup_registered(engine).await;
+    sandbox::remove_run_settled(engine, run_id).await;
 }
 
 /// `agent tui-bench`: render timings for the README.

@@ -3,11 +3,13 @@
 use std::collections::HashMap;
 use std::sync::Mutex;
 
+use super::docker::Engine;
+use bollard::container::NetworkingConfig;
 use bollard::container::{Config, CreateContainerOptions, KillContainerOptions, RemoveContainerOptions};
-use bollard::models::HostConfig;
-use bollard::Docker;
+use bollard::models::{EndpointSettings, HostConfig};
 
 use super::error::{is_not_found, SandboxError};
+use super::exec::{exec_capture, ExecOutput};
 use super::prune::owner_label;
 
 /// Label holding the id of the run (one `agent` invocation, bench run or train run).
@@ -53,6 +55,23 @@ pub struct ContainerConfig {
     pub extra_hosts: Vec<String>,
     /// Container name prefix (made unique with the episode id).
     pub name_prefix: String,
+    /// What the container runs: the sandbox's own init (the agent's container) or the
+    /// image's entrypoint (a task's service).
+    pub process: ContainerProcess,
+    /// A network to join at creation (instead of the default bridge), with aliases.
+    pub join: Option<(String, Vec<String>)>,
+}
+
+/// The main process of a container.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub enum ContainerProcess {
+    /// The sandbox's init: reaps orphans and kills everything on request; commands run
+    /// through exec.
+    #[default]
+    Init,
+    /// The image's entrypoint with this command (the image's when `None`), as a task's
+    /// service container runs.
+    Image(Option<Vec<String>>),
 }
 
 impl ContainerConfig {
@@ -71,6 +90,8 @@ impl ContainerConfig {
             env: Vec::new(),
             extra_hosts: Vec::new(),
             name_prefix: "agent".into(),
+            process: ContainerProcess::Init,
+            join: None,
         }
     }
 }
@@ -78,7 +99,7 @@ impl ContainerConfig {
 /// A running sandbox container.
 #[derive(Debug, Clone)]
 pub struct Sandbox {
-    docker: Docker,
+    engine: Engine,
     id: String,
     name: String,
     image: String,
@@ -87,7 +108,7 @@ pub struct Sandbox {
 
 impl Sandbox {
     /// Creates and starts a container; it is registered for clean-up until [`Sandbox::remove`].
-    pub async fn start(docker: &Docker, cfg: &ContainerConfig) -> Result<Sandbox, SandboxError> {
+    pub async fn start(engine: &Engine, cfg: &ContainerConfig) -> Result<Sandbox, SandboxError> {
         let short: String = cfg.episode_id.chars().filter(|c| c.is_ascii_alphanumeric()).take(12).collect();
         let name = format!("{}-{}-{}", cfg.name_prefix, short, &uuid::Uuid::new_v4().simple().to_string()[..6]);
         let labels = HashMap::from([
@@ -105,15 +126,33 @@ impl Sandbox {
             cap_drop: Some(
                 ["NET_RAW", "MKNOD", "SETFCAP", "AUDIT_WRITE", "SYS_CHROOT", "SETPCAP"].map(String::from).to_vec(),
             ),
-            network_mode: Some(if cfg.network { "bridge".into() } else { "none".into() }),
+            network_mode: Some(match (&cfg.join, cfg.network) {
+                (_, false) => "none".into(),
+                (Some((net, _)), true) => net.clone(),
+                (None, true) => "bridge".into(),
+            }),
             binds: (!cfg.binds.is_empty()).then(|| cfg.binds.clone()),
             extra_hosts: (!cfg.extra_hosts.is_empty()).then(|| cfg.extra_hosts.clone()),
             ..Default::default()
         };
+        let (entrypoint, cmd) = match &cfg.process {
+            ContainerProcess::Init => (Some(vec!["/bin/sh".into(), "-c".into()]), Some(vec![INIT_SCRIPT.into()])),
+            ContainerProcess::Image(cmd) => (None, cmd.clone()),
+        };
+        let networking_config = match (&cfg.join, cfg.network) {
+            (Some((net, aliases)), true) => Some(NetworkingConfig {
+                endpoints_config: HashMap::from([(
+                    net.clone(),
+                    EndpointSettings { aliases: Some(aliases.clone()), ..Default::default() },
+                )]),
+            }),
+            _ => None,
+        };
         let config = Config {
             image: Some(cfg.image.clone()),
-            entrypoint: Some(vec!["/bin/sh".into(), "-c".into()]),
-            cmd: Some(vec![INIT_SCRIPT.into()]),
+            entrypoint,
+            cmd,
+            networking_config,
             labels: Some(labels),
             working_dir: cfg.workdir.clone(),
             env: Some(cfg.env.clone()),
@@ -123,6 +162,7 @@ impl Sandbox {
             host_config: Some(host_config),
             ..Default::default()
         };
+        let docker = engine.api();
         let created = docker
             .create_container(Some(CreateContainerOptions { name: name.clone(), platform: None }), config)
             .await
@@ -138,7 +178,7 @@ impl Sandbox {
             })?;
         register(&created.id);
         let sandbox = Sandbox {
-            docker: docker.clone(),
+            engine: engine.clone(),
             id: created.id,
             name,
             image: cfg.image.clone(),
@@ -172,14 +212,30 @@ impl Sandbox {
         self.pids_limit
     }
 
-    /// The engine client.
-    pub fn docker(&self) -> &Docker {
-        &self.docker
+    /// The engine the container runs on.
+    pub fn engine(&self) -> &Engine {
+        &self.engine
+    }
+
+    /// The engine's API client, for the sandbox module's own use.
+    pub(crate) fn docker(&self) -> &bollard::Docker {
+        self.engine.api()
+    }
+
+    /// Runs `argv` in the container (see [`exec_capture`]).
+    pub async fn exec(
+        &self,
+        argv: &[&str],
+        workdir: Option<&str>,
+        timeout: std::time::Duration,
+        max_bytes: usize,
+    ) -> Result<ExecOutput, SandboxError> {
+        exec_capture(&self.engine, &self.id, argv, workdir, timeout, max_bytes).await
     }
 
     /// Kills every process in the container except PID 1 (see `INIT_SCRIPT`).
     pub async fn kill_all_processes(&self) -> Result<(), SandboxError> {
-        self.docker
+        self.docker()
             .kill_container(&self.id, Some(KillContainerOptions { signal: "USR1" }))
             .await
             .map_err(|e| SandboxError::docker("signal the sandbox's init process", e))
@@ -189,7 +245,7 @@ impl Sandbox {
     pub async fn process_count(&self) -> Option<u64> {
         use futures_util::StreamExt;
         let opts = bollard::container::StatsOptions { stream: false, one_shot: true };
-        let mut stats = self.docker.stats(&self.id, Some(opts));
+        let mut stats = self.docker().stats(&self.id, Some(opts));
         match tokio::time::timeout(std::time::Duration::from_secs(5), stats.next()).await {
             Ok(Some(Ok(s))) => s.pids_stats.current,
             _ => None,
@@ -199,13 +255,13 @@ impl Sandbox {
     /// Removes the container (forced, with its anonymous volumes). Never fails: a
     /// container that is already gone is fine, other errors are logged.
     pub async fn remove(&self) {
-        remove_container(&self.docker, &self.id).await;
+        remove_container(&self.engine, &self.id).await;
     }
 }
 
-async fn remove_container(docker: &Docker, id: &str) {
+async fn remove_container(docker: &Engine, id: &str) {
     let opts = RemoveContainerOptions { force: true, v: true, ..Default::default() };
-    match docker.remove_container(id, Some(opts)).await {
+    match docker.api().remove_container(id, Some(opts)).await {
         Ok(()) => {}
         Err(e) if is_not_found(&e) => {}
         Err(e) => tracing::warn!("could not remove container {id}: {e}"),
@@ -227,7 +283,7 @@ fn unregister(id: &str) {
 
 /// Removes every container this process created and has not removed yet (signal,
 /// error and panic paths call this before exiting).
-pub async fn cleanup_registered(docker: &Docker) {
+pub async fn cleanup_registered(docker: &Engine) {
     let ids: Vec<String> = LIVE.lock().map(|l| l.clone()).unwrap_or_default();
     for id in ids {
         remove_container(docker, &id).await;

@@ -2,8 +2,8 @@
 
 use std::time::Duration;
 
+use super::docker::Engine;
 use bollard::exec::{CreateExecOptions, StartExecResults};
-use bollard::Docker;
 use futures_util::StreamExt;
 
 use super::error::SandboxError;
@@ -20,13 +20,14 @@ pub struct ExecOutput {
 /// Runs `argv` in the container and collects its output (each stream capped at
 /// `max_bytes`), waiting at most `timeout`.
 pub async fn exec_capture(
-    docker: &Docker,
+    docker: &Engine,
     container: &str,
     argv: &[&str],
     workdir: Option<&str>,
     timeout: Duration,
     max_bytes: usize,
 ) -> Result<ExecOutput, SandboxError> {
+    let docker = docker.api();
     let what = argv.first().copied().unwrap_or("command");
     let exec = docker
         .create_exec(

@@ -9,7 +9,6 @@ use futures_util::StreamExt;
 
 use super::container::Sandbox;
 use super::error::{describe_bollard, is_not_found, SandboxError};
-use super::exec::exec_capture;
 
 /// Largest file the tools read or write.
 pub const MAX_FILE_BYTES: u64 = 64 << 20;
@@ -191,15 +190,8 @@ impl Sandbox {
         match upload(archive.clone()).await {
             Ok(()) => Ok(()),
             Err(e) if is_not_found(&e) => {
-                let out = exec_capture(
-                    self.docker(),
-                    self.id(),
-                    &["mkdir", "-p", "--", parent],
-                    None,
-                    std::time::Duration::from_secs(30),
-                    4096,
-                )
-                .await?;
+                let out =
+                    self.exec(&["mkdir", "-p", "--", parent], None, std::time::Duration::from_secs(30), 4096).await?;
                 if out.exit_code != Some(0) {
                     return Err(file_err(
                         path,
@@ -210,6 +202,33 @@ impl Sandbox {
             }
             Err(e) => Err(file_err(path, format!("cannot write: {}", describe_bollard(&e)))),
         }
+    }
+
+    /// Copies a host file tree to `dest` (created; an empty directory when `src` is not
+    /// a directory), following symlinks.
+    pub async fn copy_dir_in(&self, src: &std::path::Path, dest: &str) -> Result<(), SandboxError> {
+        let name = dest.trim_start_matches('/');
+        let pack_err = |e: std::io::Error| file_err(dest, format!("cannot pack {}: {e}", src.display()));
+        let mut builder = tar::Builder::new(Vec::new());
+        builder.follow_symlinks(true);
+        if src.is_dir() {
+            builder.append_dir_all(name, src).map_err(pack_err)?;
+        } else {
+            let mut h = tar::Header::new_gnu();
+            h.set_entry_type(tar::EntryType::Directory);
+            h.set_mode(0o755);
+            h.set_size(0);
+            builder.append_data(&mut h, name, std::io::empty()).map_err(pack_err)?;
+        }
+        let archive = builder.into_inner().map_err(pack_err)?;
+        self.docker()
+            .upload_to_container(
+                self.id(),
+                Some(UploadToContainerOptions { path: "/".to_string(), ..Default::default() }),
+                archive.into(),
+            )
+            .await
+            .map_err(|e| file_err(dest, format!("cannot copy {} in: {}", src.display(), describe_bollard(&e))))
     }
 }
 

@@ -5,8 +5,8 @@ use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use super::docker::Engine;
 use bollard::image::{BuildImageOptions, CreateImageOptions};
-use bollard::Docker;
 use futures_util::StreamExt;
 use serde::{Deserialize, Serialize};
 
@@ -54,8 +54,8 @@ impl Default for BaseImageOptions {
 }
 
 /// Whether an image exists in the engine.
-pub async fn image_exists(docker: &Docker, image: &str) -> Result<bool, SandboxError> {
-    match docker.inspect_image(image).await {
+pub async fn image_exists(docker: &Engine, image: &str) -> Result<bool, SandboxError> {
+    match docker.api().inspect_image(image).await {
         Ok(_) => Ok(true),
         Err(e) if is_not_found(&e) => Ok(false),
         Err(e) => Err(SandboxError::docker(format!("inspect the image `{image}`"), e)),
@@ -65,7 +65,7 @@ pub async fn image_exists(docker: &Docker, image: &str) -> Result<bool, SandboxE
 /// Builds the base image with debootstrap and imports it; skips when the tag exists
 /// unless `force`. Returns false when it was skipped.
 pub async fn build_base_image(
-    docker: &Docker,
+    docker: &Engine,
     opts: &BaseImageOptions,
     progress: &mut (dyn FnMut(&str) + Send),
 ) -> Result<bool, SandboxError> {
@@ -143,7 +143,7 @@ pub async fn build_base_image(
         "ENV PIP_BREAK_SYSTEM_PACKAGES=1",
         "CMD [\"bash\"]",
     ];
-    let mut stream = docker.create_image(
+    let mut stream = docker.api().create_image(
         Some(CreateImageOptions { from_src: "-", repo, tag, changes, ..Default::default() }),
         Some(bytes::Bytes::from(tar.stdout)),
         None,
@@ -214,7 +214,7 @@ const TB_STANDINS: &[(&str, &str, &str)] = &[
 /// itself when present or pullable, or a built-in stand-in (built on demand).
 /// `notice` is told about every substitution.
 pub async fn resolve_image(
-    docker: &Docker,
+    docker: &Engine,
     map: &ImageMap,
     image: &str,
     notice: &mut (dyn FnMut(String) + Send),
@@ -245,11 +245,14 @@ pub async fn resolve_image(
     })
 }
 
-async fn try_pull(docker: &Docker, image: &str) -> Result<(), String> {
+async fn try_pull(docker: &Engine, image: &str) -> Result<(), String> {
     let (name, tag) = split_tag(image);
     let pull = async {
-        let mut stream =
-            docker.create_image(Some(CreateImageOptions { from_image: name, tag, ..Default::default() }), None, None);
+        let mut stream = docker.api().create_image(
+            Some(CreateImageOptions { from_image: name, tag, ..Default::default() }),
+            None,
+            None,
+        );
         while let Some(item) = stream.next().await {
             item.map_err(|e| describe_bollard(&e))?;
         }
@@ -268,7 +271,7 @@ fn split_tag(image: &str) -> (&str, &str) {
     }
 }
 
-async fn build_standin(docker: &Docker, tag: &str) -> Result<(), SandboxError> {
+async fn build_standin(docker: &Engine, tag: &str) -> Result<(), SandboxError> {
     if !image_exists(docker, BASE_IMAGE).await? {
         return Err(SandboxError::ImageMissing {
             image: BASE_IMAGE.into(),
@@ -283,7 +286,7 @@ async fn build_standin(docker: &Docker, tag: &str) -> Result<(), SandboxError> {
 
 /// Builds `tag` from an in-memory context.
 async fn build_from_files(
-    docker: &Docker,
+    docker: &Engine,
     tag: &str,
     files: &BTreeMap<String, Vec<u8>>,
     log: &mut (dyn FnMut(&str) + Send),
@@ -303,7 +306,7 @@ async fn build_from_files(
 }
 
 async fn run_build(
-    docker: &Docker,
+    docker: &Engine,
     tag: &str,
     dockerfile: &str,
     context: Vec<u8>,
@@ -313,7 +316,7 @@ async fn run_build(
 }
 
 async fn run_build_with(
-    docker: &Docker,
+    docker: &Engine,
     tag: &str,
     dockerfile: &str,
     context: Vec<u8>,
@@ -329,7 +332,7 @@ async fn run_build_with(
         extrahosts: (!env.extra_hosts.is_empty()).then(|| env.extra_hosts.join(",")),
         ..Default::default()
     };
-    let mut stream = docker.build_image(opts, None, Some(context.into()));
+    let mut stream = docker.api().build_image(opts, None, Some(context.into()));
     let mut recent: Vec<String> = Vec::new();
     while let Some(item) = stream.next().await {
         match item {
@@ -442,7 +445,7 @@ impl BuildEnv {
 /// Builds a task's Dockerfile with every `FROM` image resolved through
 /// [`resolve_image`]; returns the tag built.
 pub async fn build_task_image(
-    docker: &Docker,
+    docker: &Engine,
     map: &ImageMap,
     context_dir: &Path,
     dockerfile: &Path,
@@ -456,7 +459,7 @@ pub async fn build_task_image(
 /// [`build_task_image`] with the host's name overrides and CA bundle handed to the build.
 #[allow(clippy::too_many_arguments)]
 pub async fn build_task_image_with(
-    docker: &Docker,
+    docker: &Engine,
     map: &ImageMap,
     context_dir: &Path,
     dockerfile: &Path,

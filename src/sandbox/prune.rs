@@ -2,11 +2,12 @@
 
 use std::collections::HashMap;
 
+use super::docker::Engine;
 use bollard::container::{ListContainersOptions, RemoveContainerOptions};
-use bollard::Docker;
 
 use super::container::{LABEL_OWNER, LABEL_RUN};
 use super::error::SandboxError;
+use super::network::{count_run_networks, remove_run_networks};
 
 /// Which sandbox containers to remove.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -53,7 +54,8 @@ fn owner_alive(owner: &str) -> bool {
 }
 
 /// Removes sandbox containers in `scope`; returns the names removed.
-pub async fn prune(docker: &Docker, scope: PruneScope) -> Result<Vec<String>, SandboxError> {
+pub async fn prune(docker: &Engine, scope: PruneScope) -> Result<Vec<String>, SandboxError> {
+    let docker = docker.api();
     let filters = HashMap::from([("label".to_string(), vec![LABEL_RUN.to_string()])]);
     let list = docker
         .list_containers(Some(ListContainersOptions { all: true, filters, ..Default::default() }))
@@ -79,7 +81,8 @@ pub async fn prune(docker: &Docker, scope: PruneScope) -> Result<Vec<String>, Sa
 }
 
 /// Removes every container labelled with `run_id`; returns how many were removed.
-pub async fn remove_run(docker: &Docker, run_id: &str) -> Result<usize, SandboxError> {
+pub async fn remove_run(docker: &Engine, run_id: &str) -> Result<usize, SandboxError> {
+    let docker = docker.api();
     let filters = HashMap::from([("label".to_string(), vec![format!("{LABEL_RUN}={run_id}")])]);
     let list = docker
         .list_containers(Some(ListContainersOptions { all: true, filters, ..Default::default() }))
@@ -94,6 +97,31 @@ pub async fn remove_run(docker: &Docker, run_id: &str) -> Result<usize, SandboxE
         }
     }
     Ok(n)
+}
+
+/// Containers (any state) labelled with `run_id` (1 when the engine cannot say).
+async fn count_run_containers(docker: &Engine, run_id: &str) -> usize {
+    let filters = HashMap::from([("label".to_string(), vec![format!("{LABEL_RUN}={run_id}")])]);
+    let opts = ListContainersOptions { all: true, filters, ..Default::default() };
+    docker.api().list_containers(Some(opts)).await.map(|l| l.len()).unwrap_or(1)
+}
+
+/// Removes every container and network of `run_id` until nothing of the run is left:
+/// after an interrupt, a create call that was in flight can finish (or still be
+/// finishing, which makes its removal fail) after the first pass. Returns how many
+/// containers and networks were removed.
+pub async fn remove_run_settled(engine: &Engine, run_id: &str) -> (usize, usize) {
+    let mut total = (0, 0);
+    for pass in 0..20 {
+        let containers = remove_run(engine, run_id).await.unwrap_or(0);
+        let networks = remove_run_networks(engine, run_id).await;
+        total = (total.0 + containers, total.1 + networks);
+        if pass >= 1 && count_run_containers(engine, run_id).await + count_run_networks(engine, run_id).await == 0 {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    }
+    total
 }
 
 #[cfg(test)]

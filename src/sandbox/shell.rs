@@ -18,7 +18,6 @@ use tokio_util::sync::CancellationToken;
 
 use super::container::Sandbox;
 use super::error::{describe_bollard, SandboxError};
-use super::exec::exec_capture;
 use super::output::OutputCollector;
 
 /// Kills the descendants of the shell that started after a given moment: the running
@@ -352,7 +351,7 @@ impl Shell {
         // Centiseconds since the command started, with a second of slack.
         let since = (elapsed.as_millis() / 10 + 100).to_string();
         let argv = ["sh", "-c", KILL_TREE_SCRIPT, "sh", pid, since.as_str()];
-        match exec_capture(sandbox.docker(), sandbox.id(), &argv, None, Duration::from_secs(10), 4096).await {
+        match sandbox.exec(&argv, None, Duration::from_secs(10), 4096).await {
             Ok(out) => out.exit_code == Some(0),
             Err(e) => {
                 tracing::debug!("kill helper failed: {e}");

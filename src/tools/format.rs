@@ -113,11 +113,7 @@ pub fn untagged_json_calls(text: &str, specs: &ToolSpecs) -> Vec<Result<Action, 
     let mut out = attribute_tag_calls(text, specs);
     for body in bodies {
         let body = body.trim();
-        // YAML flow syntax is a lenient superset (single quotes, bare words), as in tags.
-        let parsed = serde_json::from_str::<serde_json::Value>(body)
-            .map_err(|e| e.to_string())
-            .or_else(|json_error| serde_yaml::from_str::<serde_json::Value>(body).map_err(|_| json_error));
-        let value = match parsed {
+        let value = match super::parser::lenient_json(body) {
             Ok(value) => value,
             Err(json_error) => {
                 // A broken call is answered with its error, not skipped: skipping it would
@@ -288,7 +284,7 @@ mod tests {
     #[test]
     fn a_broken_json_call_is_an_error_in_its_place_and_the_next_still_runs() {
         let specs = ToolSpecs::builtin().unwrap();
-        let reply = "```json\n{\"name\": \"file\", \"arguments\": {\"action\": \"write\", \"path\": \"/app/a\", \"content\": \"\"\"hi\n\"\"\"}}\n```\n\
+        let reply = "```json\n{\"name\": \"file\", \"arguments\": {\"action\": \"write\", \"path\": \"/app/a\", \"content\": \"\"\"hi}}\n```\n\
                      then\n```json\n{\"name\": \"file\", \"arguments\": {\"action\": \"read\", \"path\": \"/app/a\"}}\n```\n\
                      and prose\n```json\n{\"not\": [\"a call\"\n```\n";
         let calls = untagged_json_calls(reply, &specs);
@@ -302,6 +298,10 @@ mod tests {
         );
         assert!(error.example.starts_with("<tool_call>\n{\"name\": \"file\""), "{}", error.example);
         assert_eq!(calls[1].as_ref().unwrap().args["action"], "read");
+        // A closed `"""` string has one meaning and is read as the string it is.
+        let reply = "```json\n{\"name\": \"bash\", \"arguments\": {\"cmd\": \"\"\"\n  ls\n  pwd\n\"\"\"}}\n```";
+        let calls = untagged_json_calls(reply, &specs);
+        assert_eq!(calls[0].as_ref().unwrap().args["cmd"], "ls\npwd");
     }
 
     #[test]

@@ -37,6 +37,9 @@ pub enum TrainError {
     /// A rollout, tokenizer or data problem that stops training.
     #[error("{0}")]
     Other(String),
+    /// The preset is not usable.
+    #[error(transparent)]
+    Preset(#[from] super::preset::PresetError),
 }
 
 impl TrainError {

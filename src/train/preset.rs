@@ -574,15 +574,26 @@ impl Preset {
         }
     }
 
-    /// A path from the preset: absolute as is; relative to the crate root (built-in) or to the YAML's directory.
-    pub fn resolve_path(&self, p: &str) -> PathBuf {
+    /// A path from the preset: absolute as is; relative to the YAML's directory, or for
+    /// a built-in preset, under the files the binary carries (`assets/…`, unpacked into
+    /// the cache) and else relative to the current directory.
+    pub fn resolve_path(&self, p: &str) -> Result<PathBuf, PresetError> {
         let path = Path::new(p);
         if path.is_absolute() {
-            return path.to_path_buf();
+            return Ok(path.to_path_buf());
         }
         match &self.origin {
-            Origin::Builtin => Path::new(env!("CARGO_MANIFEST_DIR")).join(path),
-            Origin::File(file) => file.parent().unwrap_or(Path::new("")).join(path),
+            Origin::Builtin => match path.strip_prefix("assets") {
+                Ok(rest) => Ok(crate::assets::assets_root()
+                    .map_err(|e| PresetError::Invalid {
+                        file: self.file_label(),
+                        field: "(built-in files)".into(),
+                        reason: e.to_string(),
+                    })?
+                    .join(rest)),
+                Err(_) => Ok(path.to_path_buf()),
+            },
+            Origin::File(file) => Ok(file.parent().unwrap_or(Path::new("")).join(path)),
         }
     }
 
@@ -952,10 +963,13 @@ mod tests {
         let file = dir.join("mine.yaml");
         std::fs::write(&file, cpu_tiny_text()).unwrap();
         let p = Preset::load(&file).unwrap();
-        assert_eq!(p.resolve_path("tasks"), dir.join("tasks"));
-        assert_eq!(p.resolve_path("/abs"), PathBuf::from("/abs"));
+        assert_eq!(p.resolve_path("tasks").unwrap(), dir.join("tasks"));
+        assert_eq!(p.resolve_path("/abs").unwrap(), PathBuf::from("/abs"));
+        // A built-in preset's files come from the binary, never from the source tree.
         let builtin = Preset::builtin("cpu-tiny").unwrap();
-        assert_eq!(builtin.resolve_path("assets"), Path::new(env!("CARGO_MANIFEST_DIR")).join("assets"));
+        let tasks = builtin.resolve_path(&builtin.tasks).unwrap();
+        assert!(!tasks.starts_with(env!("CARGO_MANIFEST_DIR")), "{}", tasks.display());
+        assert!(tasks.join("note-cloud/task.yaml").is_file(), "{}", tasks.display());
         std::fs::remove_dir_all(&dir).unwrap();
     }
 

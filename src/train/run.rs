@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Instant;
 
-use bollard::Docker;
+use crate::sandbox::Engine;
 use indicatif::{ProgressBar, ProgressStyle};
 use rand::seq::SliceRandom;
 use rand::SeedableRng;
@@ -79,7 +79,7 @@ pub fn mix_seed(parts: &[u64]) -> u64 {
 /// Runs (or resumes) a training run.
 pub async fn train(
     opts: TrainOptions,
-    docker: &Docker,
+    docker: &Engine,
     log: &(dyn Fn(String) + Sync),
 ) -> Result<EvalReport, TrainError> {
     let preset = &opts.preset;
@@ -123,9 +123,9 @@ pub async fn train(
 
     let run_id = format!("train-{}", crate::sandbox::docker_name_part(&out.display().to_string()));
     let config = setup::rollout_config(preset, &opts.config);
-    let tasks_dir = preset.resolve_path(&preset.tasks);
+    let tasks_dir = preset.resolve_path(&preset.tasks)?;
     let (ctx, tasks) = setup::trial_context(&tasks_dir, config, docker, &out.join("rollouts"), &run_id).await?;
-    let _ = crate::bench::env::remove_run_settled(docker, &run_id).await;
+    let _ = crate::sandbox::remove_run_settled(docker, &run_id).await;
     let sampler: Arc<dyn RolloutSampler> = match preset.rollout.engine {
         RolloutEngine::Mistralrs => {
             let work = out.join("rollout-engine");

@@ -4,7 +4,7 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use bollard::Docker;
+use crate::sandbox::Engine;
 use candle_core::{DType, Device};
 use rand::seq::SliceRandom;
 use rand::SeedableRng;
@@ -26,7 +26,7 @@ use crate::models::tiny_qwen3::{write_tiny_qwen3, TinyQwen3Config};
 pub fn base_model_dir(preset: &Preset, out: &Path) -> Result<PathBuf, TrainError> {
     let spec = preset.model.path.as_str();
     let Some(_name) = spec.strip_prefix("tiny:") else {
-        let dir = preset.resolve_path(spec);
+        let dir = preset.resolve_path(spec)?;
         if !dir.join("config.json").is_file() {
             return Err(TrainError::bad_file(
                 &dir,
@@ -49,7 +49,7 @@ pub fn base_model_dir(preset: &Preset, out: &Path) -> Result<PathBuf, TrainError
         cfg.intermediate_size = shape.intermediate_size;
     }
     if let Some(sft) = &preset.sft {
-        let path = preset.resolve_path(&sft.file);
+        let path = preset.resolve_path(&sft.file)?;
         // Repeated so that the demonstrations' strings win the merges.
         let mut corpus = String::new();
         for t in read_transcripts(&path)? {
@@ -116,7 +116,7 @@ pub fn warm_start(
     }
     let tokenizer = load_tokenizer(base)?;
     let im_end = token_id(&tokenizer, "<|im_end|>", base)?;
-    let path = preset.resolve_path(&sft.file);
+    let path = preset.resolve_path(&sft.file)?;
     let samples: Vec<Sample> =
         read_transcripts(&path)?.iter().map(|t| transcript_sample(t, &tokenizer, im_end)).collect::<Result<_, _>>()?;
     let model = Qwen3::load(base, &TrainMode::Full, dtype, device, preset.seed)?;
@@ -190,7 +190,7 @@ pub fn rollout_config(preset: &Preset, base: &Config) -> Config {
 pub async fn trial_context(
     tasks_dir: &Path,
     config: Config,
-    docker: &Docker,
+    docker: &Engine,
     run_dir: &Path,
     run_id: &str,
 ) -> Result<(Arc<TrialContext>, Vec<Arc<TaskEntry>>), TrainError> {
@@ -211,13 +211,7 @@ pub async fn trial_context(
         agent: AgentKind::Agent,
         model: None,
         images: Arc::new(ImageCache::new(docker.clone(), &config.image_map, Default::default())),
-        env: EnvSettings {
-            run_id: run_id.to_string(),
-            cpus: config.sandbox.cpus,
-            memory_bytes: config.sandbox.memory_mb << 20,
-            pids_limit: config.sandbox.pids_limit,
-            extra_hosts: Vec::new(),
-        },
+        env: EnvSettings::from_config(&config, run_id, Vec::new()),
         verifier: Verifier::probe(VerifyMode::Script).await,
         config,
     };
@@ -242,7 +236,7 @@ pub fn shape_of(preset: &Preset) -> Result<super::preset::ModelShape, TrainError
             tie_word_embeddings: true,
         });
     }
-    let c = Qwen3Config::load(&preset.resolve_path(spec))?;
+    let c = Qwen3Config::load(&preset.resolve_path(spec)?)?;
     Ok(super::preset::ModelShape {
         hidden_size: c.hidden_size,
         num_hidden_layers: c.num_hidden_layers,

@@ -5,7 +5,6 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use bollard::Docker;
 use ratatui::crossterm::event::Event as TermEvent;
 use tokio::signal::unix::{signal, SignalKind};
 use tokio::sync::mpsc::{unbounded_channel, UnboundedSender};
@@ -13,7 +12,7 @@ use tokio::sync::mpsc::{unbounded_channel, UnboundedSender};
 use crate::agent::{spawn_session, SessionConfig, SessionHandle, ToolExecutor};
 use crate::llm::{resolve_model, ModelBackend, ModelSpec, ResolveOptions};
 use crate::protocol::{Event, Op};
-use crate::sandbox::{exec_capture, sanitize, Sandbox};
+use crate::sandbox::{sanitize, Sandbox};
 use crate::tools::ToolFormat;
 use crate::tools::ToolSpecs;
 
@@ -30,7 +29,6 @@ const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
 
 /// Everything the UI needs: the sandbox, the model and a session template.
 pub struct TuiContext {
-    pub docker: Docker,
     pub sandbox: Sandbox,
     /// Template for each session (its approval mode is ignored: the UI decides).
     pub session: SessionConfig,
@@ -179,21 +177,12 @@ impl Runner {
     }
 
     fn run_shell(&self, id: String, cmd: String) {
-        let docker = self.ctx.docker.clone();
-        let container = self.ctx.sandbox.id().to_string();
+        let sandbox = self.ctx.sandbox.clone();
         let tx = self.shell_tx.clone();
         let max = self.ctx.max_output;
         tokio::spawn(async move {
             let started = Instant::now();
-            let res = exec_capture(
-                &docker,
-                &container,
-                &["bash", "-c", cmd.as_str()],
-                Some("/workspace"),
-                SHELL_TIMEOUT,
-                max,
-            )
-            .await;
+            let res = sandbox.exec(&["bash", "-c", cmd.as_str()], Some("/workspace"), SHELL_TIMEOUT, max).await;
             let (output, exit_code) = match res {
                 Ok(out) => {
                     let mut text = sanitize(&out.stdout);

@@ -58,7 +58,8 @@ fn hello_world_task_with_a_scripted_model_finishes_and_cleans_up() {
         match ev["event"].as_str() {
             Some("notice") => {
                 let m = ev["message"].as_str().unwrap_or_default();
-                standin_notice |= m.contains("cannot be pulled") && m.contains("stand-in");
+                // `--task` maps the Terminal-Bench base image as `agent bench` does.
+                standin_notice |= m.contains("ghcr.io/laude-institute/t-bench") && m.contains("agent-bench-python");
             }
             Some("session_configured") => {
                 container = ev["container"].as_str().unwrap().to_string();
@@ -165,4 +166,90 @@ fn turn_limit_ends_with_a_nonzero_exit() {
     assert_eq!(out.status.code(), Some(1), "{stdout}");
     assert!(stdout.contains("the turn limit was reached"), "{stdout}");
     assert!(stdout.contains("$ echo two"), "{stdout}");
+}
+
+/// `agent run --task` takes a TB2 task through the bench's loader and environment; the
+/// episode is built as everywhere else: the config's system-prompt template and the
+/// `AGENTS.md` of the shell's starting directory go into the prompt.
+#[test]
+fn a_tb2_task_runs_with_the_configured_prompt_and_the_projects_agents_md() {
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(support::docker());
+    let dir = tempfile::tempdir().unwrap();
+    let task = dir.path().join("tb2-greet");
+    std::fs::create_dir_all(task.join("environment")).unwrap();
+    std::fs::create_dir_all(task.join("tests")).unwrap();
+    std::fs::write(task.join("instruction.md"), "Write hello to /app/greeting.txt.\n").unwrap();
+    std::fs::write(
+        task.join("task.toml"),
+        "version = \"1.0\"\n[agent]\ntimeout_sec = 120.0\n[verifier]\ntimeout_sec = 30.0\n",
+    )
+    .unwrap();
+    std::fs::write(
+        task.join("environment/Dockerfile"),
+        "FROM agent-base:bookworm\nWORKDIR /app\nRUN echo 'Greetings are lower case here.' > /app/AGENTS.md\n",
+    )
+    .unwrap();
+    std::fs::write(task.join("tests/test.sh"), "#!/bin/bash\necho 1 > /logs/verifier/reward.txt\n").unwrap();
+    let config = dir.path().join("config.toml");
+    std::fs::write(&config, "system_prompt = \"House rules for {{cwd}}.\\n{{project_instructions}}\\n{{tools}}\"\n")
+        .unwrap();
+    let script = support::script(
+        &dir,
+        "greet.yaml",
+        r#"
+- |
+  <file>
+  action: write
+  path: greeting.txt
+  content: hello
+  </file>
+- reply: |
+    <finish>
+    message: Wrote greeting.txt.
+    </finish>
+  delay_ms: 3000
+"#,
+    );
+    let traj = dir.path().join("traj.jsonl");
+    let mut child = Command::new(support::agent_bin())
+        .arg("--config")
+        .arg(&config)
+        .args(["run", "--json", "--tool-format", "text", "--task"])
+        .arg(&task)
+        .arg("--model")
+        .arg(format!("scripted:{}", script.display()))
+        .arg("--trajectory")
+        .arg(&traj)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .unwrap();
+    let mut run_id = String::new();
+    let mut container = String::new();
+    let mut written = false;
+    for ev in events(child.stdout.take().unwrap()) {
+        match ev["event"].as_str() {
+            Some("session_configured") => {
+                container = ev["container"].as_str().unwrap().to_string();
+                run_id = ev["run_id"].as_str().unwrap().to_string();
+            }
+            Some("tool_call_end") if ev["call_id"] == "1.1" => {
+                let out =
+                    Command::new("docker").args(["exec", &container, "cat", "/app/greeting.txt"]).output().unwrap();
+                written = String::from_utf8_lossy(&out.stdout).trim() == "hello";
+            }
+            _ => {}
+        }
+    }
+    assert_eq!(child.wait().unwrap().code(), Some(0));
+    assert!(written, "greeting.txt was not written in the task's container");
+    let start: serde_json::Value =
+        serde_json::from_str(std::fs::read_to_string(&traj).unwrap().lines().next().unwrap()).unwrap();
+    let prompt = start["system_prompt"].as_str().unwrap();
+    assert!(prompt.starts_with("House rules for /app."), "{prompt}");
+    assert!(prompt.contains("Greetings are lower case here."), "{prompt}");
+    assert!(prompt.contains("<file>"), "the tool section is missing: {prompt}");
+    assert!(support::containers_of_run(&run_id).is_empty(), "{:?}", support::containers_of_run(&run_id));
+    assert_eq!(support::networks_of_run(&run_id), Vec::<String>::new());
 }

@@ -140,8 +140,9 @@ fn judge_eval_ranks_judges_and_reports_failures() {
     let rt = tokio::runtime::Runtime::new().unwrap();
     let (url, _) = rt.block_on(serve());
     let out_dir = tempfile::tempdir().unwrap();
-    let out = Command::new(support::agent_bin())
-        .current_dir(env!("CARGO_MANIFEST_DIR"))
+    // Installed and run from elsewhere: the suite is the one the binary carries.
+    let home = tempfile::tempdir().unwrap();
+    let out = support::installed(home.path())
         .args(["judge-eval", "--attempts", "1", "--tries", "2", "--timeout-secs", "5"])
         .args(["--judge", &format!("openai:{url}#malformed"), "--judge", &format!("openai:{url}#good")])
         .arg("--output")

@@ -6,6 +6,7 @@ mod bench;
 mod cli_errors;
 mod cli_run;
 mod episode_loop;
+mod installed;
 mod judge;
 mod llamacpp;
 mod llm_openai;

@@ -8,7 +8,7 @@ use crate::support;
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn containers_are_labelled_limited_and_removed() {
     let sb = support::sandbox_with(333, false).await;
-    let docker = support::docker().await;
+    let docker = support::inspector();
     let info = docker.inspect_container(sb.id(), None).await.unwrap();
     let labels = info.config.as_ref().and_then(|c| c.labels.clone()).unwrap();
     assert!(labels.get("agent.run").unwrap().starts_with("it-"));
@@ -67,18 +67,8 @@ async fn prune_removes_containers_of_killed_runs() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn base_image_has_the_promised_tools() {
     let sb = support::sandbox_with(256, false).await;
-    let docker = support::docker().await;
     let script = "for b in bash python3 tmux ps git curl timeout; do command -v $b >/dev/null || echo missing $b; done; python3 -m pytest --version";
-    let out = agent::sandbox::exec_capture(
-        &docker,
-        sb.id(),
-        &["bash", "-c", script],
-        None,
-        std::time::Duration::from_secs(60),
-        1 << 16,
-    )
-    .await
-    .unwrap();
+    let out = sb.exec(&["bash", "-c", script], None, std::time::Duration::from_secs(60), 1 << 16).await.unwrap();
     let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
     assert_eq!(out.exit_code, Some(0), "{text}");
     assert!(!text.contains("missing"), "{text}");
@@ -92,4 +82,54 @@ fn sandbox_base_is_idempotent() {
     let out = Command::new(support::agent_bin()).args(["sandbox", "base"]).output().unwrap();
     assert!(out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("nothing to do"), "{}", String::from_utf8_lossy(&out.stderr));
+}
+
+/// A task's service container gets the agent container's hardening, limits and labels,
+/// runs its image's own command, and is reachable by its alias on the episode network.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn service_containers_are_hardened_like_the_agents_and_reachable_by_alias() {
+    use agent::sandbox::{ContainerConfig, ContainerProcess, Network, Sandbox, BASE_IMAGE};
+    let engine = support::docker().await;
+    let run_id = format!("it-svc-{}", &uuid::Uuid::new_v4().simple().to_string()[..6]);
+    let net = Network::create(&engine, &format!("agent-it-{run_id}"), &run_id, "svc", false).await.unwrap();
+    let mut cfg = ContainerConfig::new(BASE_IMAGE, run_id.clone(), "svc");
+    cfg.name_prefix = "agent-it-db".into();
+    cfg.pids_limit = 77;
+    cfg.process = ContainerProcess::Image(Some(vec!["sleep".into(), "300".into()]));
+    cfg.join = Some((net.name().to_string(), vec!["db".into()]));
+    let service = support::TestSandbox(Sandbox::start(&engine, &cfg).await.unwrap());
+    let mut client_cfg = ContainerConfig::new(BASE_IMAGE, run_id.clone(), "svc");
+    client_cfg.name_prefix = "agent-it-client".into();
+    let client = support::TestSandbox(Sandbox::start(&engine, &client_cfg).await.unwrap());
+    net.connect(&client, "client").await.unwrap();
+
+    let info = support::inspector().inspect_container(service.id(), None).await.unwrap();
+    let labels = info.config.as_ref().and_then(|c| c.labels.clone()).unwrap();
+    assert_eq!(labels.get("agent.run"), Some(&run_id));
+    assert!(labels.contains_key("agent.owner"));
+    assert_eq!(info.config.as_ref().and_then(|c| c.cmd.clone()), Some(vec!["sleep".to_string(), "300".into()]));
+    let host = info.host_config.unwrap();
+    assert_eq!(host.pids_limit, Some(77));
+    assert_eq!(host.memory, Some(4 << 30));
+    assert_eq!(host.memory_swap, Some(4 << 30));
+    assert_eq!(host.nano_cpus, Some(2_000_000_000));
+    assert!(host.security_opt.unwrap().iter().any(|s| s.starts_with("no-new-privileges")));
+    let dropped = host.cap_drop.unwrap();
+    for cap in ["NET_RAW", "MKNOD", "SETFCAP", "AUDIT_WRITE", "SYS_CHROOT", "SETPCAP"] {
+        assert!(dropped.contains(&cap.to_string()), "{cap} not dropped: {dropped:?}");
+    }
+    assert_eq!(host.network_mode.as_deref(), Some(net.name()));
+
+    let out = client.exec(&["getent", "hosts", "db"], None, std::time::Duration::from_secs(20), 4096).await.unwrap();
+    assert_eq!(
+        out.exit_code,
+        Some(0),
+        "the service's alias does not resolve: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+
+    let (containers, networks) = agent::sandbox::remove_run_settled(&engine, &run_id).await;
+    assert_eq!((containers, networks), (2, 1));
+    assert!(support::containers_named(service.name()).is_empty());
+    assert_eq!(support::networks_of_run(&run_id), Vec::<String>::new());
 }

@@ -6,13 +6,17 @@ use std::path::PathBuf;
 use std::process::{Command, Stdio};
 
 use agent::sandbox::{self, ContainerConfig, Sandbox, Shell, BASE_IMAGE};
-use bollard::Docker;
 use tokio::sync::OnceCell;
 
 static BASE_READY: OnceCell<()> = OnceCell::const_new();
 
-/// A connected engine client, with the base image present (built once if missing).
-pub async fn docker() -> Docker {
+/// The engine's raw API, for tests that inspect what the sandbox module created.
+pub fn inspector() -> bollard::Docker {
+    bollard::Docker::connect_with_defaults().expect("these tests need a running Docker engine")
+}
+
+/// A connected engine, with the base image present (built once if missing).
+pub async fn docker() -> sandbox::Engine {
     let docker = sandbox::connect().await.expect("these tests need a running Docker engine");
     BASE_READY
         .get_or_init(|| async {
@@ -157,6 +161,41 @@ pub fn remove_bench_images(tasks: &[&str]) {
             .expect("docker images");
         for image in String::from_utf8_lossy(&out.stdout).lines().filter(|l| !l.is_empty()) {
             let _ = Command::new("docker").args(["rmi", "-f", image]).output();
+        }
+    }
+}
+
+/// The binary as `cargo install` leaves it: copied into `dir/bin`, run in `dir/work`
+/// (created) with its cache in `dir/cache`, far from the source tree.
+pub fn installed(dir: &std::path::Path) -> Command {
+    installed_with_cache(dir, &dir.join("cache"))
+}
+
+/// [`installed`] with the cache somewhere else (the models cached by the test set-up).
+pub fn installed_with_cache(dir: &std::path::Path, cache: &std::path::Path) -> Command {
+    let bin = dir.join("bin");
+    let work = dir.join("work");
+    std::fs::create_dir_all(&bin).unwrap();
+    std::fs::create_dir_all(&work).unwrap();
+    let agent = bin.join("agent");
+    if !agent.is_file() {
+        std::fs::copy(agent_bin(), &agent).unwrap();
+    }
+    let mut c = Command::new(agent);
+    c.current_dir(work).env("AGENT_CACHE_DIR", cache);
+    c
+}
+
+/// Copies a folder tree.
+pub fn copy_tree(from: &std::path::Path, to: &std::path::Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for entry in std::fs::read_dir(from).unwrap() {
+        let entry = entry.unwrap();
+        let target = to.join(entry.file_name());
+        if entry.file_type().unwrap().is_dir() {
+            copy_tree(&entry.path(), &target);
+        } else {
+            std::fs::copy(entry.path(), &target).unwrap();
         }
     }
 }

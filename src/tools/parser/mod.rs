@@ -79,6 +79,7 @@
 
 mod body;
 mod fence;
+mod json_repair;
 mod native;
 mod scanner;
 
@@ -94,6 +95,7 @@ use memchr::memchr;
 use super::{Action, ActionParseError, ToolSpec, ToolSpecs};
 use scanner::Scanner;
 
+pub use json_repair::lenient_json;
 pub use native::{call_arguments, default_native_example, parse_native_call};
 
 /// Longest snippet of offending text in an error, in bytes.

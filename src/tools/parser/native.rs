@@ -51,24 +51,20 @@ impl Scanner<'_> {
     /// Reads the JSON body of a `<tool_call>` (one call or a list of calls).
     pub(super) fn tool_call(&mut self, body: &str, element: &str) {
         let body = clean_body(body);
-        let value = match serde_json::from_str::<Json>(&body) {
+        let value = match super::lenient_json(&body) {
             Ok(value) => value,
-            // YAML flow syntax is a lenient superset (single quotes, bare words).
-            Err(json_error) => match serde_yaml::from_str::<Json>(&body) {
-                Ok(value) => value,
-                Err(_) => {
-                    self.errors.push(ActionParseError {
-                        tool: None,
-                        message: format!(
-                            "the body of <tool_call> is not valid JSON ({json_error}); \
-                             expected {{\"name\": TOOL, \"arguments\": {{...}}}}"
-                        ),
-                        snippet: truncate(element),
-                        example: self.default_native_example(),
-                    });
-                    return;
-                }
-            },
+            Err(json_error) => {
+                self.errors.push(ActionParseError {
+                    tool: None,
+                    message: format!(
+                        "the body of <tool_call> is not valid JSON ({json_error}); \
+                         expected {{\"name\": TOOL, \"arguments\": {{...}}}}"
+                    ),
+                    snippet: truncate(element),
+                    example: self.default_native_example(),
+                });
+                return;
+            }
         };
         let calls = match value {
             Json::Array(calls) => calls,

@@ -91,6 +91,11 @@ pub struct ArgSpec {
     /// Fields of an object argument, or of each object in a list argument.
     #[serde(default)]
     pub fields: Vec<ArgSpec>,
+    /// A shell command (string arguments): a list of strings is read as an argv when its
+    /// first element is one word (`["python3", "-c", "print(1)"]`, quoted and joined),
+    /// else as lines of a script (`["cd /app", "make"]`, joined with line breaks).
+    #[serde(default)]
+    pub shell_command: bool,
 }
 
 impl ArgSpec {

@@ -11,7 +11,12 @@ use crate::tools::{ArgSpec, ArgType};
 /// fit.
 pub(super) fn coerce(arg: &ArgSpec, value: Yaml, name: &str, errors: &mut Vec<String>) -> Option<Json> {
     let result = match arg.ty {
-        ArgType::String => to_string(value, name).and_then(|s| check_enum(arg, s, name)),
+        ArgType::String => match value {
+            Yaml::Sequence(items) if arg.shell_command => list_as_command(items).map(Json::String).ok_or_else(|| {
+                format!("`{name}` must be a string (a list is read only when all its items are strings)")
+            }),
+            value => to_string(value, name).and_then(|s| check_enum(arg, s, name)),
+        },
         ArgType::Integer => to_integer(value, name),
         ArgType::Number => to_number(value, name),
         ArgType::Boolean => to_bool(value, name),
@@ -35,6 +40,7 @@ pub(super) fn coerce(arg: &ArgSpec, value: Yaml, name: &str, errors: &mut Vec<St
                                 applies_to: Vec::new(),
                                 items: None,
                                 fields: arg.fields.clone(),
+                                shell_command: false,
                             };
                             match coerce(&item_spec, untag(item), &item_name, errors) {
                                 Some(json) => Ok(json),
@@ -82,6 +88,35 @@ pub(super) fn coerce(arg: &ArgSpec, value: Yaml, name: &str, errors: &mut Vec<St
             errors.push(e);
             None
         }
+    }
+}
+
+/// A list given for a shell command: an argv when the first item is one word, else the
+/// lines of a script (see [`ArgSpec::shell_command`]).
+fn list_as_command(items: Vec<Yaml>) -> Option<String> {
+    let items: Vec<String> = items
+        .into_iter()
+        .map(|i| match untag(i) {
+            Yaml::String(s) => Some(s),
+            Yaml::Number(n) => Some(n.to_string()),
+            _ => None,
+        })
+        .collect::<Option<_>>()?;
+    let first = items.first()?;
+    if first.split_whitespace().count() == 1 && first.trim() == first {
+        Some(items.iter().map(|s| quote_word(s)).collect::<Vec<_>>().join(" "))
+    } else {
+        Some(items.join("\n"))
+    }
+}
+
+/// One argv word for bash: as is when it holds nothing bash would read specially.
+fn quote_word(s: &str) -> String {
+    let plain = |c: char| c.is_ascii_alphanumeric() || "_-./=:@%+,".contains(c);
+    if !s.is_empty() && s.chars().all(plain) {
+        s.to_string()
+    } else {
+        format!("'{}'", s.replace('\'', "'\\''"))
     }
 }
 

@@ -134,6 +134,13 @@ fn validate_mapping(
     let mut out = Map::new();
     // The discriminator first: other arguments depend on its value.
     let disc_index = discriminator.and_then(|d| args.iter().position(|a| a.name == d));
+    if let Some(di) = disc_index {
+        if given[di].is_none() {
+            if let Some(value) = infer_discriminator(args, di, &given) {
+                given[di] = Some(Yaml::String(value));
+            }
+        }
+    }
     let mut disc_value: Option<String> = None;
     let order = disc_index.into_iter().chain((0..args.len()).filter(|&i| Some(i) != disc_index));
     for index in order {
@@ -179,6 +186,37 @@ fn validate_mapping(
         }
     }
     out
+}
+
+/// The discriminator's value when the call left it out but its other arguments say
+/// which one it is: the only value whose own arguments were given and whose required
+/// ones are all there (`content` alone means `write`), or, when none of the given
+/// arguments belongs to a particular value, the first value if it needs nothing
+/// (`file` with just a `path` reads it). `None` when that is ambiguous.
+fn infer_discriminator(args: &[ArgSpec], disc_index: usize, given: &[Option<Yaml>]) -> Option<String> {
+    let values = &args[disc_index].enum_values;
+    let given_args: Vec<&ArgSpec> = args
+        .iter()
+        .zip(given)
+        .enumerate()
+        .filter(|(i, (_, g))| *i != disc_index && g.is_some())
+        .map(|(_, (a, _))| a)
+        .collect();
+    let fits = |v: &str| {
+        given_args.iter().all(|a| a.applies(Some(v)))
+            && args
+                .iter()
+                .all(|a| !a.required_for.iter().any(|r| r == v) || given_args.iter().any(|g| g.name == a.name))
+    };
+    let own = |v: &str| given_args.iter().any(|a| a.applies_to.iter().chain(&a.required_for).any(|r| r == v));
+    let specific: Vec<&String> = values.iter().filter(|v| fits(v) && own(v)).collect();
+    match specific.as_slice() {
+        [one] => Some((*one).clone()),
+        [] if !given_args.iter().any(|a| !a.applies_to.is_empty() || !a.required_for.is_empty()) => {
+            values.first().filter(|v| fits(v)).cloned()
+        }
+        _ => None,
+    }
 }
 
 /// What an argument should look like, for messages.

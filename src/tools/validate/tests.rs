@@ -50,8 +50,8 @@ fn bad_types_are_explained() {
     assert!(err.contains("whole number"), "{err}");
     let err = check("bash", "cmd: ls\nbackground: maybe").unwrap_err();
     assert!(err.contains("`background` must be true or false"), "{err}");
-    let err = check("bash", "cmd: [a, b]").unwrap_err();
-    assert!(err.contains("`cmd` must be a string, but it is a list"), "{err}");
+    let err = check("finish", "message: [a, b]").unwrap_err();
+    assert!(err.contains("`message` must be a string, but it is a list"), "{err}");
     assert!(err.contains("`|` block"), "{err}");
 }
 
@@ -127,10 +127,29 @@ fn defaults_only_where_they_apply() {
 }
 
 #[test]
-fn missing_discriminator() {
-    let err = check("file", "path: /a").unwrap_err();
+fn a_missing_discriminator_is_inferred_from_the_other_arguments_when_that_is_unambiguous() {
+    let args = check("file", "path: /a\ncontent: hi").unwrap();
+    assert_eq!(args["action"], "write");
+    let args = check("file", "path: /a\nold_string: x\nnew_string: y").unwrap();
+    assert_eq!(args["action"], "edit");
+    // Nothing but the path: the first action, which needs nothing more.
+    let args = check("file", "path: /a").unwrap();
+    assert_eq!((args["action"].as_str(), args["offset"].as_i64()), (Some("read"), Some(1)));
+    let args = check("todo", "text: write the tests").unwrap();
+    assert_eq!(args["action"], "add");
+    // `text` belongs to both `write` and `append`: no guess.
+    let err = check("scratchpad", "text: notes").unwrap_err();
     assert!(err.contains("missing required argument `action`"), "{err}");
-    assert!(err.contains("one of: read, write"), "{err}");
+    // Arguments of two different actions: no guess.
+    let err = check("file", "path: /a\ncontent: hi\nold_string: x").unwrap_err();
+    assert!(err.contains("`action`"), "{err}");
+}
+
+#[test]
+fn missing_discriminator() {
+    let err = check("scratchpad", "text: a").unwrap_err();
+    assert!(err.contains("missing required argument `action`"), "{err}");
+    assert!(err.contains("one of: write, append"), "{err}");
     // An invalid discriminator is reported alone (no guesses about the rest).
     let err = check("file", "action: fly\npath: /a").unwrap_err();
     assert!(!err.contains("problems"), "{err}");
@@ -191,4 +210,17 @@ fn helpers() {
     assert!(is_subsequence("cmd", "command"));
     assert!(!is_subsequence("cmd", "mcd"));
     assert_eq!(shorten(&"é".repeat(100)).chars().count(), 31);
+}
+
+#[test]
+fn a_list_for_a_shell_command_is_an_argv_or_the_lines_of_a_script() {
+    let args = check("bash", "cmd: [python3, -c, \"print('a b')\"]").unwrap();
+    assert_eq!(args["cmd"], "python3 -c 'print('\\''a b'\\'')'");
+    let args = check("bash", "cmd:\n  - cd /app\n  - make test").unwrap();
+    assert_eq!(args["cmd"], "cd /app\nmake test");
+    let err = check("bash", "cmd: [ls, {a: 1}]").unwrap_err();
+    assert!(err.contains("`cmd` must be a string"), "{err}");
+    // Other string arguments still refuse lists.
+    let err = check("finish", "message: [a, b]").unwrap_err();
+    assert!(err.contains("must be a string, but it is a list"), "{err}");
 }
