@@ -31,7 +31,7 @@ fn repair(body: &str) -> Option<String> {
     while let Some(c) = rest.chars().next() {
         if !in_string && rest.starts_with("\"\"\"") {
             let after = &rest[3..];
-            let Some(end) = after.find("\"\"\"") else { return None };
+            let end = after.find("\"\"\"")?;
             out.push_str(&Json::String(dedent(&after[..end])).to_string());
             rest = &after[end + 3..];
             changed = true;
