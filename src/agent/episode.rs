@@ -227,19 +227,6 @@ impl Episode {
         let handle = spawn_session(self.session, model, self.specs, self.executor);
         RunningEpisode { handle, sandbox: self.sandbox, owned: self.owned }
     }
-
-    /// Removes the container if the episode started it (for a front end that ends
-    /// before spawning, or that ran the session itself).
-    pub async fn discard(&self) {
-        if self.owned {
-            self.sandbox.remove().await;
-        }
-    }
-
-    /// Whether the episode started its container.
-    pub fn owns_container(&self) -> bool {
-        self.owned
-    }
 }
 
 /// A running episode.
@@ -269,11 +256,6 @@ impl EpisodeOutcome {
 }
 
 impl RunningEpisode {
-    /// The container the tools run in.
-    pub fn sandbox(&self) -> &Sandbox {
-        &self.sandbox
-    }
-
     /// Waits up to `grace` for the session to end (call it once the event stream is
     /// closed, or after `Op::Shutdown`), then removes the container if the episode
     /// owns it, whatever happened.

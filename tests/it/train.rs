@@ -49,14 +49,7 @@ async fn cpu_tiny_preset_learns_with_real_containers() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("run");
     let started = Instant::now();
-    // Installed and run from elsewhere: the preset's toy tasks and demonstrations come
-    // from the binary (unpacked into the cache), not from the source tree.
-    let cache = dir.path().join("cache");
-    let o = support::installed_with_cache(dir.path(), &cache)
-        .args(["train", "--preset", "cpu-tiny", "--no-progress", "--out"])
-        .arg(&out)
-        .output()
-        .unwrap();
+    let o = train_cmd("cpu-tiny", &out).output().unwrap();
     let stderr = String::from_utf8_lossy(&o.stderr);
     assert!(o.status.success(), "agent train failed: {stderr}");
     eprintln!("{stderr}\ncpu-tiny took {:.0} s", started.elapsed().as_secs_f64());
@@ -72,7 +65,6 @@ async fn cpu_tiny_preset_learns_with_real_containers() {
     assert!(svg.contains("<svg") && svg.contains("<polyline"));
     assert!(out.join("adapter/adapter_model.safetensors").is_file());
     assert!(out.join("adapter/adapter_config.json").is_file());
-    assert!(cache.join("assets").is_dir(), "the toy tasks were not unpacked into the cache");
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -116,7 +116,7 @@ fn quote_word(s: &str) -> String {
     if !s.is_empty() && s.chars().all(plain) {
         s.to_string()
     } else {
-        format!("'{}'", s.replace('\'', "'\\''"))
+        crate::sandbox::shell_quote(s)
     }
 }
 
