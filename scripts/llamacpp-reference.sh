@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The llama.cpp reference for `agent model bench`: the same measurements through
+# The llama.cpp reference for `agent perf model`: the same measurements through
 # llama-cpp-python (PyPI, built from source for AVX2 like our own llama.cpp build), on
 # the same GGUF file and the same prompts. Usage: scripts/llamacpp-reference.sh [JSON_OUT]
 # The virtual environment (~10 min to build on 2 cores) is kept in $LLAMA_REF_VENV.
@@ -16,8 +16,8 @@ if [ ! -x "$venv/bin/python" ] || ! "$venv/bin/python" -c 'import llama_cpp' 2>/
     "$venv/bin/pip" install --quiet "llama-cpp-python==0.3.36"
 fi
 model="$("$AGENT_BIN" model pull smollm2-135m --quiet)"
-# The exact system prompt and instruction `agent model bench` uses.
+# The exact system prompt and instruction `agent perf model` uses.
 prompt_file="$(mktemp)"
 trap 'rm -f "$prompt_file"' EXIT
-"$AGENT_BIN" model bench --print-prompt > "$prompt_file"
+"$AGENT_BIN" perf model --print-prompt > "$prompt_file"
 exec "$venv/bin/python" scripts/llamacpp_reference.py "$model" "$prompt_file" "${1:-}"

@@ -1,4 +1,4 @@
-"""The measurements of `agent model bench`, made with llama-cpp-python.
+"""The measurements of `agent perf model`, made with llama-cpp-python.
 
 Same GGUF file, same threads (all cores), same context (8,192), flash attention left to
 llama.cpp, same prompts: the agent's real system prompt and the hello-world instruction,

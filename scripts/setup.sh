@@ -27,7 +27,7 @@ fi
 # The test command builds every target here: a `--bin`-only build resolves dependency
 # features differently and would compile mistral.rs a second time.
 if [ -n "${AGENT_SETUP_ALL_TARGETS:-}" ]; then
-  cargo build --quiet --all-targets
+  cargo build --quiet --workspace --all-targets
 else
   cargo build --quiet --bin agent
 fi

@@ -6,7 +6,7 @@ source scripts/env.sh
 AGENT_SETUP_ALL_TARGETS=1 scripts/setup.sh
 cargo fmt --all --check
 cargo clippy --quiet --workspace --all-targets -- -D warnings
-cargo test --no-fail-fast -- --test-threads="${AGENT_TEST_THREADS:-4}"
+cargo test --workspace --no-fail-fast -- --test-threads="${AGENT_TEST_THREADS:-4}"
 # Whatever a failed test left behind (tests remove their containers; this is a net).
 "$AGENT_BIN" sandbox prune >/dev/null || true
 # Build leftovers of `agent bench` tests (a failed build's last layer, images replaced by

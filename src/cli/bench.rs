@@ -6,10 +6,9 @@ use std::time::Instant;
 use anyhow::Context;
 use clap::Args;
 
-use agent::bench::{self, AgentKind, BenchOptions, HostEnv, VerifyMode};
-use agent::config::Config;
-use agent::llm::ResolveOptions;
-use agent::sandbox;
+use agent_bench::{AgentKind, BenchOptions, HostEnv, VerifyMode};
+use agent_core::config::Config;
+use agent_core::llm::ResolveOptions;
 
 use super::signals::Signals;
 
@@ -61,8 +60,8 @@ pub struct BenchArgs {
     pub quiet: bool,
     /// Action format of our agent: `auto` (native tool calls where the model supports
     /// them), `native` or `text`. Default: the config's, else auto.
-    #[arg(long, value_name = "FORMAT", value_parser = clap::value_parser!(agent::tools::ToolFormat))]
-    pub tool_format: Option<agent::tools::ToolFormat>,
+    #[arg(long, value_name = "FORMAT", value_parser = clap::value_parser!(agent_core::tools::ToolFormat))]
+    pub tool_format: Option<agent_core::tools::ToolFormat>,
     /// Local model settings.
     #[command(flatten)]
     pub local: super::LocalArgs,
@@ -95,21 +94,22 @@ pub async fn run(args: BenchArgs, mut config: Config) -> anyhow::Result<u8> {
             api_key_env: config.api_key_env.clone(),
             local: args.local.options(),
             progress: !args.quiet,
+            ..agent_local::resolve_options()
         },
         progress: !args.quiet,
         timeout_multiplier: args.timeout_multiplier,
     };
-    let plan = bench::plan(&opts)?;
-    let docker = sandbox::connect().await?;
+    let plan = agent_bench::plan(&opts)?;
+    let docker = agent_sandbox::connect().await?;
     eprintln!("● run {} → {}", plan.run_id, plan.run_dir.display());
     let started = Instant::now();
     let notice = |n: String| eprintln!("● {n}");
     let outcome = tokio::select! {
-        r = bench::run_bench(&plan, &opts, &config, &docker, &notice) => r,
+        r = agent_bench::run_bench(&plan, &opts, &config, &docker, &notice) => r,
         sig = signals.recv() => {
             eprintln!("● signal received: removing this run's containers and networks");
-            sandbox::cleanup_registered(&docker).await;
-            sandbox::remove_run_settled(&docker, &plan.run_id).await;
+            agent_sandbox::cleanup_registered(&docker).await;
+            agent_sandbox::remove_run_settled(&docker, &plan.run_id).await;
             eprintln!("● finished trials are kept; continue with: agent bench --resume --output {}", plan.run_dir.display());
             return Ok(Signals::exit_code(sig));
         }
@@ -117,13 +117,13 @@ pub async fn run(args: BenchArgs, mut config: Config) -> anyhow::Result<u8> {
     let results = match outcome {
         Ok(r) => r,
         Err(e) => {
-            sandbox::remove_run_settled(&docker, &plan.run_id).await;
+            agent_sandbox::remove_run_settled(&docker, &plan.run_id).await;
             return Err(e.into());
         }
     };
     let report = plan.run_dir.join("report.html");
-    bench::results::write_atomic(&report, bench::report::html_report(&results).as_bytes())?;
-    print!("{}", bench::report::summary_table(&results, Some(started.elapsed().as_secs_f64())));
+    agent_bench::results::write_atomic(&report, agent_bench::report::html_report(&results).as_bytes())?;
+    print!("{}", agent_bench::report::summary_table(&results, Some(started.elapsed().as_secs_f64())));
     println!("results: {}\nreport:  {}", plan.run_dir.join("results.json").display(), report.display());
     Ok(0)
 }

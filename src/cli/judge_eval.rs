@@ -5,10 +5,10 @@ use std::time::Duration;
 
 use anyhow::Context;
 
-use agent::judge::eval::{evaluate, load_suite, rank};
-use agent::judge::report;
-use agent::judge::{Judge, JudgeOptions};
-use agent::llm::{resolve_model, ModelSpec, ResolveOptions};
+use agent_bench::judge::eval::{evaluate, load_suite, rank};
+use agent_bench::judge::report;
+use agent_bench::judge::{Judge, JudgeOptions};
+use agent_core::llm::{resolve_model, ModelSpec, ResolveOptions};
 
 /// Arguments of `agent judge-eval`.
 #[derive(Debug, clap::Args)]
@@ -51,11 +51,16 @@ pub struct JudgeEvalArgs {
 pub async fn run(args: JudgeEvalArgs) -> anyhow::Result<u8> {
     let suite = match &args.suite {
         Some(dir) => dir.clone(),
-        None => agent::assets::asset_path("judge-eval")?,
+        None => agent_core::assets::asset_path("judge-eval")?,
     };
     let cases = load_suite(&suite)?;
     let judges = if args.judges.is_empty() { vec!["default".to_string()] } else { args.judges.clone() };
-    let resolve = ResolveOptions { api_key_env: args.api_key_env.clone(), local: args.local.options(), progress: true };
+    let resolve = ResolveOptions {
+        api_key_env: args.api_key_env.clone(),
+        local: args.local.options(),
+        progress: true,
+        ..agent_local::resolve_options()
+    };
     let opts = JudgeOptions {
         prompt_version: args.prompt.clone(),
         attempts: args.tries,

@@ -3,7 +3,7 @@
 mod bench;
 mod judge_eval;
 mod model;
-mod model_bench;
+mod perf;
 mod print;
 mod run;
 mod sandbox;
@@ -50,52 +50,24 @@ pub enum Command {
     /// Rank judge models on the hand-made trajectory suite (assets/judge-eval).
     #[command(name = "judge-eval")]
     JudgeEval(judge_eval::JudgeEvalArgs),
-    /// Fetch the default model, write a tiny random Qwen3 for tests, measure a model's speed.
+    /// List and fetch the built-in models, write a tiny random Qwen3 for tests.
     #[command(subcommand)]
     Model(model::ModelCommand),
     /// Train the policy with GRPO (LoRA or full updates) on tasks run in containers.
     Train(train::TrainArgs),
-    /// Training throughput: forward + backward (+ AdamW) tokens/s of a random Qwen3 with LoRA.
-    #[command(name = "train-bench")]
-    TrainBench {
-        #[arg(long, value_enum, default_value = "tiny")]
-        shape: agent::train::speed::BenchShape,
-        #[arg(long, value_enum, default_value = "step")]
-        mode: agent::train::speed::BenchMode,
-        #[arg(long, default_value_t = 8)]
-        batch: usize,
-        #[arg(long, default_value_t = 128)]
-        seq: usize,
-        /// CPU threads (sets RAYON_NUM_THREADS, which candle's matrix products follow).
-        #[arg(long)]
-        threads: Option<usize>,
-        #[arg(long, default_value_t = 5)]
-        steps: usize,
-        #[arg(long, default_value_t = 1)]
-        warmup: usize,
-        /// Also write the report as JSON here.
-        #[arg(long)]
-        json: Option<PathBuf>,
-    },
-    /// Time the interactive UI's rendering (frame time, key-to-frame latency).
-    #[command(hide = true)]
-    TuiBench {
-        #[arg(long, default_value_t = 120)]
-        width: u16,
-        #[arg(long, default_value_t = 40)]
-        height: u16,
-        #[arg(long, default_value_t = 200)]
-        frames: usize,
-    },
+    /// Measure speed: a local model's (tokens/s, first-turn latency), the trainer's
+    /// (tokens/s per step), the interactive UI's (frame time).
+    #[command(subcommand)]
+    Perf(perf::PerfCommand),
 }
 
-/// Settings of local models, shared by `run`, `serve` and `model bench`.
+/// Settings of local models, shared by `run`, `serve` and `perf model`.
 #[derive(Debug, Clone, clap::Args)]
 pub struct LocalArgs {
     /// Inference engine for local models: `auto` runs GGUF files on the CPU through
     /// llama.cpp and everything else through mistral.rs.
-    #[arg(long, default_value = "auto", value_parser = clap::value_parser!(agent::llm::LocalEngine))]
-    pub engine: agent::llm::LocalEngine,
+    #[arg(long, default_value = "auto", value_parser = clap::value_parser!(agent_core::llm::LocalEngine))]
+    pub engine: agent_core::llm::LocalEngine,
     /// Context window of llama.cpp models in tokens (default: the model's own, at most 32,768).
     #[arg(long, value_name = "TOKENS")]
     pub ctx: Option<u32>,
@@ -121,14 +93,14 @@ pub struct LocalArgs {
 
 impl LocalArgs {
     /// The library's options.
-    pub fn options(&self) -> agent::llm::LocalModelOptions {
+    pub fn options(&self) -> agent_core::llm::LocalModelOptions {
         // No cache directory (an unset HOME) only costs speed, never correctness.
         let prompt_cache_dir = if self.no_prompt_cache {
             None
         } else {
-            agent::models::cache_root().ok().map(|root| root.join("prompt-cache"))
+            agent_core::models::cache_root().ok().map(|root| root.join("prompt-cache"))
         };
-        agent::llm::LocalModelOptions {
+        agent_core::llm::LocalModelOptions {
             isq: self.isq.clone(),
             force_cpu: self.cpu,
             thinking: self.think,
@@ -137,14 +109,14 @@ impl LocalArgs {
             threads: self.threads,
             prompt_cache_dir,
             lora: self.lora.clone(),
-            sampling: agent::llm::SamplingDefaults::default(),
+            sampling: agent_core::llm::SamplingDefaults::default(),
         }
     }
 }
 
 /// Runs the chosen subcommand; returns the process exit code.
 pub async fn dispatch(cli: Cli) -> anyhow::Result<u8> {
-    let config = agent::config::Config::load(cli.config.as_deref())?;
+    let config = agent_core::config::Config::load(cli.config.as_deref())?;
     match cli.command {
         Some(Command::Run(args)) => run::run(args, config).await,
         Some(Command::Bench(args)) => bench::run(args, config).await,
@@ -153,19 +125,7 @@ pub async fn dispatch(cli: Cli) -> anyhow::Result<u8> {
         Some(Command::Model(cmd)) => model::run(cmd).await,
         Some(Command::JudgeEval(args)) => judge_eval::run(args).await,
         Some(Command::Train(args)) => train::run(args, config).await,
-        Some(Command::TrainBench { shape, mode, batch, seq, threads, steps, warmup, json }) => {
-            if let Some(t) = threads {
-                std::env::set_var("RAYON_NUM_THREADS", t.to_string());
-            }
-            let report = agent::train::speed::run_speed(shape, mode, batch, seq, steps, warmup)?;
-            let text = serde_json::to_string_pretty(&report)?;
-            if let Some(path) = json {
-                std::fs::write(&path, &text)?;
-            }
-            println!("{text}");
-            Ok(0)
-        }
-        Some(Command::TuiBench { width, height, frames }) => tui::bench(width, height, frames),
+        Some(Command::Perf(cmd)) => perf::run(cmd).await,
         None => tui::run(cli.tui, config, cli.local.options()).await,
     }
 }

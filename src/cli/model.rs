@@ -1,5 +1,4 @@
-//! `agent model …`: list and fetch the built-in models, write a tiny random Qwen3,
-//! measure a local model's speed.
+//! `agent model …`: list and fetch the built-in models, write a tiny random Qwen3.
 
 use std::path::PathBuf;
 use std::time::Instant;
@@ -7,10 +6,10 @@ use std::time::Instant;
 use anyhow::Context;
 use clap::Subcommand;
 
-use agent::llm::ModelSpec;
-use agent::models::catalog::{self, BUILTIN};
-use agent::models::pull::{self, CacheState, PullOptions, PullOutcome};
-use agent::models::tiny_qwen3::{self, TinyQwen3Config};
+use agent_core::llm::ModelSpec;
+use agent_core::models::catalog::{self, BUILTIN};
+use agent_core::models::pull::{self, CacheState, PullOptions, PullOutcome};
+use agent_local::tiny_qwen3::{self, TinyQwen3Config};
 
 /// Subcommands of `agent model`.
 #[derive(Debug, Subcommand)]
@@ -29,9 +28,6 @@ pub enum ModelCommand {
         #[arg(long, short)]
         quiet: bool,
     },
-    /// Measure a local model: decode and prompt tokens/s, first-turn latency with the real
-    /// system prompt, and prompt tokens recomputed per turn over an episode.
-    Bench(super::model_bench::BenchArgs),
     /// Write a tiny random Qwen3 (config, safetensors, tokenizer) for tests.
     #[command(name = "tiny-qwen3")]
     TinyQwen3 {
@@ -83,10 +79,9 @@ pub enum ModelCommand {
 /// Runs a model subcommand.
 pub async fn run(cmd: ModelCommand) -> anyhow::Result<u8> {
     match cmd {
-        ModelCommand::Bench(args) => super::model_bench::run(args).await,
         ModelCommand::Logits { model, lora, tokens } => {
-            let opts = agent::llm::LocalModelOptions { force_cpu: true, lora, ..Default::default() };
-            let backend = agent::llm::LocalBackend::load(&model, &opts).await?;
+            let opts = agent_core::llm::LocalModelOptions { force_cpu: true, lora, ..Default::default() };
+            let backend = agent_local::LocalBackend::load(&model, &opts).await?;
             let logits = backend.next_token_logits(tokens).await?;
             println!("{}", serde_json::to_string(&logits)?);
             Ok(0)
@@ -146,13 +141,13 @@ pub async fn run(cmd: ModelCommand) -> anyhow::Result<u8> {
 
 /// `agent model list`: one row per built-in model, then what `default` means.
 async fn list() -> anyhow::Result<u8> {
-    let models_dir = agent::models::models_dir()?;
+    let models_dir = agent_core::models::models_dir()?;
     let dir = models_dir.clone();
     // Checking the cache may hash a file (small models, or a big one without a sidecar).
     let states =
         tokio::task::spawn_blocking(move || BUILTIN.iter().map(|m| pull::cache_state(m, &dir)).collect::<Vec<_>>())
             .await?;
-    let default = ModelSpec::default_target();
+    let default = agent_local::default_target();
     let rows: Vec<[String; 5]> = BUILTIN
         .iter()
         .zip(&states)

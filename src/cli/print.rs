@@ -2,7 +2,7 @@
 
 use std::io::Write;
 
-use agent::protocol::{EndReason, Event};
+use agent_protocol::{EndReason, Event};
 
 /// Prints events to stdout.
 pub struct Printer {

@@ -6,14 +6,14 @@ use std::time::Duration;
 use anyhow::Context;
 use clap::Args;
 
-use agent::agent::{build_episode, ContainerSource, EpisodeOutcome, EpisodeRequest, ImageContainer};
-use agent::bench::env::TrialEnv;
-use agent::bench::{BenchTask, EnvSettings, ImageCache};
-use agent::config::Config;
-use agent::llm::{resolve_model, ModelSpec, ResolveOptions};
-use agent::protocol::Op;
-use agent::sandbox::{self, BuildEnv, Engine};
-use agent::tools::ToolFormat;
+use agent_bench::env::TrialEnv;
+use agent_bench::{BenchTask, EnvSettings, ImageCache};
+use agent_core::config::Config;
+use agent_core::episode::{build_episode, ContainerSource, EpisodeOutcome, EpisodeRequest, ImageContainer};
+use agent_core::llm::{resolve_model, ModelSpec, ResolveOptions};
+use agent_core::tools::ToolFormat;
+use agent_protocol::Op;
+use agent_sandbox::{BuildEnv, Engine};
 
 use super::print::Printer;
 use super::signals::Signals;
@@ -84,13 +84,17 @@ pub async fn run(args: RunArgs, mut config: Config) -> anyhow::Result<u8> {
         args.instruction.join(" ")
     };
     let mut printer = Printer::new(args.json);
-    let engine = sandbox::connect().await?;
+    let engine = agent_sandbox::connect().await?;
     // The engine is checked first: loading a local model takes a while.
-    let resolve =
-        ResolveOptions { api_key_env: config.api_key_env.clone(), local: args.local.options(), progress: !args.json };
+    let resolve = ResolveOptions {
+        api_key_env: config.api_key_env.clone(),
+        local: args.local.options(),
+        progress: !args.json,
+        ..agent_local::resolve_options()
+    };
     let model = resolve_model(&spec, &resolve).await?;
     config.tool_format.resolve(&model.name(), model.native_tools()).map_err(|e| anyhow::anyhow!(e))?;
-    if let Ok(removed) = sandbox::prune(&engine, sandbox::PruneScope::Orphaned).await {
+    if let Ok(removed) = agent_sandbox::prune(&engine, agent_sandbox::PruneScope::Orphaned).await {
         if !removed.is_empty() {
             printer.notice(&format!("removed {} container(s) left by crashed runs", removed.len()));
         }
@@ -226,6 +230,6 @@ async fn start_task_env(
 /// Removes whatever this run created, registered or not (a create call that was in
 /// flight when a signal came may have finished after the registration point).
 async fn cleanup(engine: &Engine, run_id: &str) {
-    sandbox::cleanup_registered(engine).await;
-    sandbox::remove_run_settled(engine, run_id).await;
+    agent_sandbox::cleanup_registered(engine).await;
+    agent_sandbox::remove_run_settled(engine, run_id).await;
 }

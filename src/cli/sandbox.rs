@@ -6,8 +6,8 @@ use anyhow::Context;
 use clap::Subcommand;
 use tokio_util::sync::CancellationToken;
 
-use agent::config::Config;
-use agent::sandbox::{self, BaseImageOptions, ContainerConfig, PruneScope, Sandbox, Shell};
+use agent_core::config::Config;
+use agent_sandbox::{BaseImageOptions, ContainerConfig, PruneScope, Sandbox, Shell};
 
 /// Subcommands of `agent sandbox`.
 #[derive(Debug, Subcommand)]
@@ -18,7 +18,7 @@ pub enum SandboxCommand {
         #[arg(long)]
         force: bool,
         /// Image tag.
-        #[arg(long, default_value = sandbox::BASE_IMAGE)]
+        #[arg(long, default_value = agent_sandbox::BASE_IMAGE)]
         tag: String,
         /// Debian mirror.
         #[arg(long, default_value = "http://deb.debian.org/debian")]
@@ -39,23 +39,23 @@ pub enum SandboxCommand {
         #[arg(long, default_value_t = 200)]
         calls: u32,
         /// Image to run.
-        #[arg(long, default_value = sandbox::BASE_IMAGE)]
+        #[arg(long, default_value = agent_sandbox::BASE_IMAGE)]
         image: String,
     },
 }
 
 /// Runs a sandbox subcommand.
 pub async fn run(cmd: SandboxCommand, _config: Config) -> anyhow::Result<u8> {
-    let docker = sandbox::connect().await?;
+    let docker = agent_sandbox::connect().await?;
     match cmd {
         SandboxCommand::Base { force, tag, mirror, suite } => {
             let opts = BaseImageOptions { tag, suite, mirror, force };
-            sandbox::build_base_image(&docker, &opts, &mut |line| eprintln!("● {line}")).await?;
+            agent_sandbox::build_base_image(&docker, &opts, &mut |line| eprintln!("● {line}")).await?;
             Ok(0)
         }
         SandboxCommand::Prune { all } => {
             let scope = if all { PruneScope::All } else { PruneScope::Orphaned };
-            let removed = sandbox::prune(&docker, scope).await?;
+            let removed = agent_sandbox::prune(&docker, scope).await?;
             if removed.is_empty() {
                 println!("nothing to remove");
             }

@@ -3,8 +3,8 @@
 use anyhow::Context;
 use clap::Args;
 
-use agent::config::Config;
-use agent::llm::{resolve_model, ModelSpec, ResolveOptions};
+use agent_core::config::Config;
+use agent_core::llm::{resolve_model, ModelSpec, ResolveOptions};
 
 use super::signals::Signals;
 
@@ -33,8 +33,12 @@ pub async fn run(args: ServeArgs, config: Config) -> anyhow::Result<u8> {
     let mut signals = Signals::install().context("cannot install signal handlers")?;
     let spec_text = args.model.clone().or(config.model.clone()).unwrap_or_else(|| "default".into());
     let spec = ModelSpec::parse(&spec_text)?;
-    let resolve =
-        ResolveOptions { api_key_env: config.api_key_env.clone(), local: args.local.options(), progress: true };
+    let resolve = ResolveOptions {
+        api_key_env: config.api_key_env.clone(),
+        local: args.local.options(),
+        progress: true,
+        ..agent_local::resolve_options()
+    };
     let backend = resolve_model(&spec, &resolve).await?;
     let model_id = args.model_id.clone().unwrap_or_else(|| backend.name());
     let listener = tokio::net::TcpListener::bind((args.host.as_str(), args.port))

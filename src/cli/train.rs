@@ -6,11 +6,10 @@ use std::path::PathBuf;
 use anyhow::Context;
 use clap::Args;
 
-use agent::config::Config;
-use agent::sandbox;
-use agent::train::plan::MemoryPlan;
-use agent::train::preset::{LoraSection, Preset, RolloutEngine};
-use agent::train::{self, TrainOptions};
+use agent_core::config::Config;
+use agent_train::plan::MemoryPlan;
+use agent_train::preset::{LoraSection, Preset, RolloutEngine};
+use agent_train::TrainOptions;
 
 use super::signals::Signals;
 
@@ -73,7 +72,7 @@ pub async fn run(args: TrainArgs, config: Config) -> anyhow::Result<u8> {
                 rank: 16,
                 alpha: 32.0,
                 dropout: 0.0,
-                targets: train::model::LORA_TARGETS.iter().map(|s| s.to_string()).collect(),
+                targets: agent_train::model::LORA_TARGETS.iter().map(|s| s.to_string()).collect(),
             });
         }
     }
@@ -87,7 +86,7 @@ pub async fn run(args: TrainArgs, config: Config) -> anyhow::Result<u8> {
         preset.rollout.engine = if engine == "candle" { RolloutEngine::Candle } else { RolloutEngine::Mistralrs };
     }
     if let Some(file) = &args.sft {
-        let sft = preset.sft.get_or_insert_with(|| agent::train::preset::SftSection {
+        let sft = preset.sft.get_or_insert_with(|| agent_train::preset::SftSection {
             file: String::new(),
             epochs: 3,
             lr: 1e-4,
@@ -99,7 +98,7 @@ pub async fn run(args: TrainArgs, config: Config) -> anyhow::Result<u8> {
     if args.dry_run {
         let shape = match &preset.model.shape {
             Some(s) => *s,
-            None => train::setup::shape_of(&preset)?,
+            None => agent_train::setup::shape_of(&preset)?,
         };
         let plan = MemoryPlan::for_preset(&preset, &shape);
         // A closed pipe (`| head`) is not an error worth a panic.
@@ -115,14 +114,14 @@ pub async fn run(args: TrainArgs, config: Config) -> anyhow::Result<u8> {
     };
     let log = |line: String| eprintln!("● {line}");
     if args.sft.is_some() {
-        let (device, dtype) = train::setup::device_and_dtype(&preset)?;
+        let (device, dtype) = agent_train::setup::device_and_dtype(&preset)?;
         std::fs::create_dir_all(&out).with_context(|| format!("creating {}", out.display()))?;
-        let base = train::setup::base_model_dir(&preset, &out)?;
-        let dir = train::setup::warm_start(&preset, &base, &out, &device, dtype, &log)?;
+        let base = agent_train::setup::base_model_dir(&preset, &out)?;
+        let dir = agent_train::setup::warm_start(&preset, &base, &out, &device, dtype, &log)?;
         println!("{}", dir.display());
         return Ok(0);
     }
-    let docker = sandbox::connect().await?;
+    let docker = agent_sandbox::connect().await?;
     let opts = TrainOptions {
         preset,
         out: out.clone(),
@@ -133,9 +132,9 @@ pub async fn run(args: TrainArgs, config: Config) -> anyhow::Result<u8> {
     eprintln!("● training into {}", out.display());
     let mut signals = Signals::install()?;
     let result = tokio::select! {
-        r = train::train(opts, &docker, &log) => r,
+        r = agent_train::train(opts, &docker, &log) => r,
         sig = signals.recv() => {
-            sandbox::cleanup_registered(&docker).await;
+            agent_sandbox::cleanup_registered(&docker).await;
             eprintln!("✗ interrupted; `agent train --resume --out {}` continues from the last checkpoint", out.display());
             return Ok(Signals::exit_code(sig));
         }
@@ -154,7 +153,7 @@ pub async fn run(args: TrainArgs, config: Config) -> anyhow::Result<u8> {
 
 fn timestamp() -> String {
     let secs = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
-    let (y, m, d) = agent::agent::civil_date(secs);
+    let (y, m, d) = agent_core::episode::civil_date(secs);
     let t = secs % 86_400;
     format!("{y:04}{m:02}{d:02}-{:02}{:02}{:02}", t / 3600, t / 60 % 60, t % 60)
 }

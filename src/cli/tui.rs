@@ -8,13 +8,12 @@ use anyhow::Context;
 use clap::Args;
 use futures_util::FutureExt;
 
-use agent::agent::{build_episode, ContainerSource, EpisodeRequest, ImageContainer};
-use agent::config::Config;
-use agent::llm::{resolve_model, ModelSpec, ResolveOptions};
-use agent::protocol::ApprovalMode;
-use agent::sandbox;
-use agent::tools::ToolFormat;
-use agent::tui::{popup, store, AppConfig, TuiContext};
+use agent_core::config::Config;
+use agent_core::episode::{build_episode, ContainerSource, EpisodeRequest, ImageContainer};
+use agent_core::llm::{resolve_model, ModelSpec, ResolveOptions};
+use agent_core::tools::ToolFormat;
+use agent_protocol::ApprovalMode;
+use agent_tui::{popup, store, AppConfig, TuiContext};
 
 use super::signals::Signals;
 
@@ -61,7 +60,7 @@ impl From<ApprovalArg> for ApprovalMode {
 }
 
 /// Opens the UI; returns the exit code.
-pub async fn run(args: TuiArgs, config: Config, local: agent::llm::LocalModelOptions) -> anyhow::Result<u8> {
+pub async fn run(args: TuiArgs, config: Config, local: agent_core::llm::LocalModelOptions) -> anyhow::Result<u8> {
     let cwd = std::env::current_dir().context("cannot read the current directory")?;
     let cwd_text = cwd.display().to_string();
     let sessions_dir = store::sessions_dir().ok();
@@ -89,14 +88,19 @@ pub async fn run(args: TuiArgs, config: Config, local: agent::llm::LocalModelOpt
     let run_id = uuid::Uuid::new_v4().simple().to_string();
     let spec_text = args.model.clone().or(config.model.clone()).unwrap_or_else(|| "default".into());
     let spec = ModelSpec::parse(&spec_text)?;
-    let engine = sandbox::connect().await?;
-    let resolve = ResolveOptions { api_key_env: config.api_key_env.clone(), local, progress: true };
+    let engine = agent_sandbox::connect().await?;
+    let resolve = ResolveOptions {
+        api_key_env: config.api_key_env.clone(),
+        local,
+        progress: true,
+        ..agent_local::resolve_options()
+    };
     say(&format!("● loading the model {spec_text}"));
     let model = resolve_model(&spec, &resolve).await?;
     let tool_format = args.tool_format.unwrap_or(config.tool_format);
     // Refused here, before the UI opens; a later `/model` switch falls back to text.
     tool_format.resolve(&model.name(), model.native_tools()).map_err(|e| anyhow::anyhow!(e))?;
-    let _ = sandbox::prune(&engine, sandbox::PruneScope::Orphaned).await;
+    let _ = agent_sandbox::prune(&engine, agent_sandbox::PruneScope::Orphaned).await;
 
     say("● starting the sandbox");
     let mut limits = config.episode.clone();
@@ -166,13 +170,13 @@ pub async fn run(args: TuiArgs, config: Config, local: agent::llm::LocalModelOpt
         };
         // A panic inside the UI must still remove the container (the panic hook has
         // already restored the terminal by the time it is caught here).
-        match std::panic::AssertUnwindSafe(agent::tui::run(ctx, episode.executor)).catch_unwind().await {
+        match std::panic::AssertUnwindSafe(agent_tui::run(ctx, episode.executor)).catch_unwind().await {
             Ok(r) => r.map_err(anyhow::Error::from),
             Err(_) => Err(anyhow::anyhow!("the interactive UI crashed (see the message above)")),
         }
     }
     .await;
-    agent::tui::terminal::restore();
+    agent_tui::terminal::restore();
     say("● removing the sandbox");
     sandbox.remove().await;
     cleanup(&engine, &run_id).await;
@@ -199,14 +203,7 @@ fn print_sessions(dir: &Path) {
 }
 
 /// Removes whatever this run created, registered or not.
-async fn cleanup(engine: &sandbox::Engine, run_id: &str) {
-    sandbox::cleanup_registered(engine).await;
-    sandbox::remove_run_settled(engine, run_id).await;
-}
-
-/// `agent tui-bench`: render timings for the README.
-pub fn bench(width: u16, height: u16, frames: usize) -> anyhow::Result<u8> {
-    let report = agent::tui::bench::run_bench(width, height, &[100, 1_000, 10_000, 100_000], frames)?;
-    print!("{}", agent::tui::bench::format_report(&report));
-    Ok(0)
+async fn cleanup(engine: &agent_sandbox::Engine, run_id: &str) {
+    agent_sandbox::cleanup_registered(engine).await;
+    agent_sandbox::remove_run_settled(engine, run_id).await;
 }

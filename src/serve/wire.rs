@@ -2,7 +2,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::llm::{ChatMessage, ChatRequest, Role, SamplingParams, ToolCall, ToolDefinition};
+use agent_core::llm::{ChatMessage, ChatRequest, Role, SamplingParams, ToolCall, ToolDefinition};
 
 /// `stop` may be one string or a list.
 #[derive(Debug, Clone, Deserialize)]
@@ -165,8 +165,8 @@ pub struct WireUsage {
     pub total_tokens: u64,
 }
 
-impl From<crate::protocol::TokenUsage> for WireUsage {
-    fn from(u: crate::protocol::TokenUsage) -> Self {
+impl From<agent_protocol::TokenUsage> for WireUsage {
+    fn from(u: agent_protocol::TokenUsage) -> Self {
         WireUsage {
             prompt_tokens: u.prompt_tokens,
             completion_tokens: u.completion_tokens,
@@ -176,11 +176,11 @@ impl From<crate::protocol::TokenUsage> for WireUsage {
 }
 
 /// The OpenAI name of a finish reason.
-pub fn finish_name(reason: crate::llm::FinishReason) -> &'static str {
+pub fn finish_name(reason: agent_core::llm::FinishReason) -> &'static str {
     match reason {
-        crate::llm::FinishReason::Stop => "stop",
-        crate::llm::FinishReason::Length => "length",
-        crate::llm::FinishReason::Cancelled => "cancelled",
-        crate::llm::FinishReason::Other => "stop",
+        agent_core::llm::FinishReason::Stop => "stop",
+        agent_core::llm::FinishReason::Length => "length",
+        agent_core::llm::FinishReason::Cancelled => "cancelled",
+        agent_core::llm::FinishReason::Other => "stop",
     }
 }

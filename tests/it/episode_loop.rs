@@ -4,12 +4,12 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use agent::agent::{spawn_session, EpisodeSummary, SessionConfig, SessionHandle, ToolExecutor};
-use agent::config::EpisodeLimits;
-use agent::llm::Role;
-use agent::llm::ScriptedBackend;
-use agent::protocol::{ApprovalDecision, ApprovalMode, EndReason, Event, Op};
-use agent::tools::{ToolFormat, ToolSpecs};
+use agent_core::config::EpisodeLimits;
+use agent_core::episode::{spawn_session, EpisodeSummary, SessionConfig, SessionHandle, ToolExecutor};
+use agent_core::llm::Role;
+use agent_core::llm::ScriptedBackend;
+use agent_core::tools::{ToolFormat, ToolSpecs};
+use agent_protocol::{ApprovalDecision, ApprovalMode, EndReason, Event, Op};
 
 use crate::support::{self, TestSandbox};
 
@@ -35,7 +35,7 @@ async fn start_with(
     tool_format: ToolFormat,
 ) -> Harness {
     let sandbox = support::sandbox_with(256, false).await;
-    let shell = agent::sandbox::Shell::start(&sandbox, 16 * 1024).await.unwrap();
+    let shell = agent_sandbox::Shell::start(&sandbox, 16 * 1024).await.unwrap();
     let executor = ToolExecutor::new(shell, Duration::from_secs(60), 16 * 1024);
     let cfg = SessionConfig {
         limits,
@@ -204,7 +204,7 @@ async fn native_calls_are_answered_by_tool_messages() {
          - tool_calls:\n    - {name: finish, arguments: {message: done}}\n",
     );
     let model = Arc::new(ScriptedBackend::from_file(&script).unwrap());
-    assert!(agent::llm::ModelBackend::native_tools(&*model));
+    assert!(agent_core::llm::ModelBackend::native_tools(&*model));
     let h =
         start_with(dir, model.clone(), EpisodeLimits::default(), ApprovalMode::Auto, true, ToolFormat::Native).await;
     h.send(Op::UserTurn { text: "write n.txt".into() });

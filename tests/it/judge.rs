@@ -6,8 +6,8 @@ use std::process::Command;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use agent::judge::{Judge, JudgeOptions, JudgedEpisode};
-use agent::llm::{OpenAiBackend, OpenAiConfig};
+use agent_bench::judge::{Judge, JudgeOptions, JudgedEpisode};
+use agent_core::llm::{OpenAiBackend, OpenAiConfig};
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};

@@ -1,9 +1,9 @@
 //! The built-in default (SmolLM2 GGUF) through llama.cpp: real inference, prefix reuse
-//! across turns, token ids, interruption, and `agent model bench`.
+//! across turns, token ids, interruption, and `agent perf model`.
 
 use std::process::Command;
 
-use agent::llm::{
+use agent_core::llm::{
     resolve_model, ChatMessage, ChatRequest, FinishReason, LocalModelOptions, ModelSpec, ResolveOptions, Role,
     SamplingParams,
 };
@@ -14,7 +14,7 @@ use crate::support;
 fn options() -> ResolveOptions {
     ResolveOptions {
         local: LocalModelOptions { context_tokens: Some(4096), ..Default::default() },
-        ..Default::default()
+        ..agent_local::resolve_options()
     }
 }
 
@@ -86,7 +86,7 @@ fn model_bench_measures_prefix_reuse_and_the_warm_prompt_cache() {
     let dir = tempfile::tempdir().unwrap();
     let json = dir.path().join("speed.json");
     let out = Command::new(support::agent_bin())
-        .args(["model", "bench", "--turns", "3", "--decode-tokens", "16", "--prompt-words", "200", "--json"])
+        .args(["perf", "model", "--turns", "3", "--decode-tokens", "16", "--prompt-words", "200", "--json"])
         .arg(&json)
         .output()
         .unwrap();

@@ -3,7 +3,7 @@
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use agent::llm::{
+use agent_core::llm::{
     ChatMessage, ChatRequest, FinishReason, LlmError, ModelBackend, OpenAiBackend, OpenAiConfig, Role, SamplingParams,
 };
 use serde_json::{json, Value};
@@ -183,7 +183,7 @@ fn request() -> ChatRequest {
 async fn run(
     cfg: OpenAiConfig,
     cancel: &CancellationToken,
-) -> (Result<agent::llm::ChatResponse, LlmError>, Vec<String>) {
+) -> (Result<agent_core::llm::ChatResponse, LlmError>, Vec<String>) {
     let backend = OpenAiBackend::new(cfg).unwrap();
     let mut deltas = Vec::new();
     let result = backend.chat(&request(), &mut |s: &str| deltas.push(s.to_string()), cancel).await;
@@ -298,7 +298,7 @@ async fn usage_is_estimated_when_not_reported() {
     let (result, _) = run(config(&server.base_url), &CancellationToken::new()).await;
     let resp = result.unwrap();
     assert_eq!(resp.text, "abcdefgh");
-    assert_eq!(resp.usage.completion_tokens, agent::llm::estimate_tokens("abcdefgh"));
+    assert_eq!(resp.usage.completion_tokens, agent_core::llm::estimate_tokens("abcdefgh"));
     assert!(resp.usage.prompt_tokens > 0);
 }
 

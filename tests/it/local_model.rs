@@ -3,10 +3,9 @@
 
 use std::process::Command;
 
-use agent::llm::{
-    ChatMessage, ChatRequest, FinishReason, LocalBackend, LocalModelOptions, ModelBackend, Role, SamplingParams,
-};
-use agent::models::tiny_qwen3::{write_tiny_qwen3, TinyQwen3Config};
+use agent_core::llm::{ChatMessage, ChatRequest, FinishReason, LocalModelOptions, ModelBackend, Role, SamplingParams};
+use agent_local::tiny_qwen3::{write_tiny_qwen3, TinyQwen3Config};
+use agent_local::LocalBackend;
 use tokio_util::sync::CancellationToken;
 
 use crate::support;
@@ -99,7 +98,7 @@ fn default_model_runs_the_hello_world_task() {
         .arg("--config")
         .arg(&cfg)
         // The task's own agent timeout (360 s) can be tight on a loaded machine; this test
-        // checks the episode mechanics, not speed (`agent model bench` measures that).
+        // checks the episode mechanics, not speed (`agent perf model` measures that).
         .args(["run", "--max-turns", "3", "--timeout-secs", "1800", "--model", "smollm2-135m", "--task"])
         .arg(support::tb1_task("hello-world"))
         .output()

@@ -1,5 +1,8 @@
 //! The one integration-test binary (each extra binary would re-link everything).
 
+// Test helpers outside `#[test]` functions may panic too (clippy.toml allows it only there).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 mod support;
 
 mod bench;

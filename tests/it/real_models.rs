@@ -5,11 +5,12 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use agent::agent::{spawn_session, system_prompt, SessionConfig, ToolExecutor};
-use agent::config::EpisodeLimits;
-use agent::llm::{ChatRequest, ChatResponse, LlamaCppBackend, LlamaCppOptions, LlmError, ModelBackend};
-use agent::protocol::{ApprovalMode, EndReason, Op};
-use agent::tools::{Action, ToolFormat, ToolSpecs};
+use agent_core::config::EpisodeLimits;
+use agent_core::episode::{spawn_session, system_prompt, SessionConfig, ToolExecutor};
+use agent_core::llm::{ChatRequest, ChatResponse, LlmError, ModelBackend};
+use agent_core::tools::{Action, ToolFormat, ToolSpecs};
+use agent_local::{LlamaCppBackend, LlamaCppOptions};
+use agent_protocol::{ApprovalMode, EndReason, Op};
 use async_trait::async_trait;
 use tokio_util::sync::CancellationToken;
 
@@ -47,7 +48,7 @@ impl ModelBackend for Recording {
 }
 
 async fn qwen_05b() -> Arc<LlamaCppBackend> {
-    let path = agent::models::pull::ensure_builtin("qwen2.5-coder-0.5b", false).await.unwrap();
+    let path = agent_core::models::pull::ensure_builtin("qwen2.5-coder-0.5b", false).await.unwrap();
     let opts = LlamaCppOptions { n_ctx: 8192, ..Default::default() };
     let backend = tokio::task::spawn_blocking(move || LlamaCppBackend::load_with(&path, &opts)).await.unwrap();
     Arc::new(backend.unwrap())
@@ -60,7 +61,7 @@ async fn qwen_coder_writes_a_file_with_native_calls_and_its_tokens_round_trip() 
     let model = Arc::new(Recording { inner: backend.clone(), requests: Mutex::new(Vec::new()) });
 
     let sandbox = support::sandbox_with(256, false).await;
-    let shell = agent::sandbox::Shell::start(&sandbox, 16 * 1024).await.unwrap();
+    let shell = agent_sandbox::Shell::start(&sandbox, 16 * 1024).await.unwrap();
     let specs = ToolSpecs::builtin().unwrap();
     let dir = tempfile::tempdir().unwrap();
     let trajectory = dir.path().join("t.jsonl");
@@ -87,7 +88,7 @@ async fn qwen_coder_writes_a_file_with_native_calls_and_its_tokens_round_trip() 
         .unwrap();
     let mut errors = Vec::new();
     while let Some(ev) = handle.events.recv().await {
-        if let agent::protocol::Event::Error { message, .. } = ev {
+        if let agent_protocol::Event::Error { message, .. } = ev {
             errors.push(message);
         }
     }

@@ -5,9 +5,9 @@ use std::time::Duration;
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
-use agent::agent::ToolExecutor;
-use agent::sandbox::FileKind;
-use agent::tools::Action;
+use agent_core::episode::ToolExecutor;
+use agent_core::tools::Action;
+use agent_sandbox::FileKind;
 
 use crate::support;
 

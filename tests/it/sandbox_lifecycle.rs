@@ -88,7 +88,7 @@ fn sandbox_base_is_idempotent() {
 /// runs its image's own command, and is reachable by its alias on the episode network.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn service_containers_are_hardened_like_the_agents_and_reachable_by_alias() {
-    use agent::sandbox::{ContainerConfig, ContainerProcess, Network, Sandbox, BASE_IMAGE};
+    use agent_sandbox::{ContainerConfig, ContainerProcess, Network, Sandbox, BASE_IMAGE};
     let engine = support::docker().await;
     let run_id = format!("it-svc-{}", &uuid::Uuid::new_v4().simple().to_string()[..6]);
     let net = Network::create(&engine, &format!("agent-it-{run_id}"), &run_id, "svc", false).await.unwrap();
@@ -128,7 +128,7 @@ async fn service_containers_are_hardened_like_the_agents_and_reachable_by_alias(
         String::from_utf8_lossy(&out.stderr)
     );
 
-    let (containers, networks) = agent::sandbox::remove_run_settled(&engine, &run_id).await;
+    let (containers, networks) = agent_sandbox::remove_run_settled(&engine, &run_id).await;
     assert_eq!((containers, networks), (2, 1));
     assert!(support::containers_named(service.name()).is_empty());
     assert_eq!(support::networks_of_run(&run_id), Vec::<String>::new());

@@ -6,7 +6,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::support;
 
-async fn run(shell: &mut agent::sandbox::Shell, cmd: &str, secs: u64) -> agent::sandbox::CommandResult {
+async fn run(shell: &mut agent_sandbox::Shell, cmd: &str, secs: u64) -> agent_sandbox::CommandResult {
     shell
         .run(cmd, Duration::from_secs(secs), &CancellationToken::new(), &mut |_| {})
         .await
@@ -91,7 +91,7 @@ async fn builtin_busy_loop_is_recovered_by_a_shell_restart() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fork_bomb_is_contained_and_the_episode_goes_on() {
     let sb = support::sandbox_with(128, false).await;
-    let mut sh = agent::sandbox::Shell::start(&sb, 16 * 1024).await.unwrap();
+    let mut sh = agent_sandbox::Shell::start(&sb, 16 * 1024).await.unwrap();
     run(&mut sh, "cd /tmp", 10).await;
     let bomb = sh
         .run("bomb() { bomb | bomb & }; bomb", Duration::from_secs(5), &CancellationToken::new(), &mut |_| {})

@@ -5,7 +5,7 @@ use std::io::{BufRead, BufReader};
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
 
-use agent::sandbox::{self, ContainerConfig, Sandbox, Shell, BASE_IMAGE};
+use agent_sandbox::{ContainerConfig, Sandbox, Shell, BASE_IMAGE};
 use tokio::sync::OnceCell;
 
 static BASE_READY: OnceCell<()> = OnceCell::const_new();
@@ -16,13 +16,13 @@ pub fn inspector() -> bollard::Docker {
 }
 
 /// A connected engine, with the base image present (built once if missing).
-pub async fn docker() -> sandbox::Engine {
-    let docker = sandbox::connect().await.expect("these tests need a running Docker engine");
+pub async fn docker() -> agent_sandbox::Engine {
+    let docker = agent_sandbox::connect().await.expect("these tests need a running Docker engine");
     BASE_READY
         .get_or_init(|| async {
-            let d = sandbox::connect().await.expect("docker");
-            let opts = sandbox::BaseImageOptions::default();
-            sandbox::build_base_image(&d, &opts, &mut |l| eprintln!("[base image] {l}"))
+            let d = agent_sandbox::connect().await.expect("docker");
+            let opts = agent_sandbox::BaseImageOptions::default();
+            agent_sandbox::build_base_image(&d, &opts, &mut |l| eprintln!("[base image] {l}"))
                 .await
                 .expect("cannot build the base image (scripts/setup.sh installs debootstrap)");
         })
@@ -121,10 +121,10 @@ pub fn json_events(stdout: &str) -> Vec<serde_json::Value> {
 /// Sends `request` and cancels it from inside the stream callback once `after` deltas
 /// arrived, as an `Op::Interrupt` would; returns the response and how many deltas came.
 pub async fn chat_cancelled_after(
-    model: &dyn agent::llm::ModelBackend,
-    request: &agent::llm::ChatRequest,
+    model: &dyn agent_core::llm::ModelBackend,
+    request: &agent_core::llm::ChatRequest,
     after: usize,
-) -> (agent::llm::ChatResponse, usize) {
+) -> (agent_core::llm::ChatResponse, usize) {
     let cancel = tokio_util::sync::CancellationToken::new();
     let trigger = cancel.clone();
     let mut seen = 0usize;

@@ -5,7 +5,7 @@ use std::process::{Command, Stdio};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-use agent::train::metrics::{MetricsLog, StepMetrics};
+use agent_train::metrics::{MetricsLog, StepMetrics};
 
 use crate::support;
 
@@ -116,7 +116,7 @@ async fn killed_training_resumes_from_its_last_checkpoint_exactly() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_trained_adapter_gives_the_same_logits_through_mistral_rs() {
-    use agent::train::model::{peft, ForwardMode, Qwen3, TrainMode};
+    use agent_train::model::{peft, ForwardMode, Qwen3, TrainMode};
     use candle_core::{DType, Device, Tensor};
     support::docker().await;
     let run = uninterrupted_run();
@@ -140,8 +140,9 @@ async fn a_trained_adapter_gives_the_same_logits_through_mistral_rs() {
     let last = hidden.narrow(1, ids.len() - 1, 1).unwrap().squeeze(0).unwrap();
     let ours = last.matmul(&model.head_weight().t().unwrap()).unwrap().flatten_all().unwrap().to_vec1::<f32>().unwrap();
 
-    let opts = agent::llm::LocalModelOptions { force_cpu: true, lora: Some(adapter.clone()), ..Default::default() };
-    let engine = agent::llm::LocalBackend::load(&base, &opts).await.unwrap();
+    let opts =
+        agent_core::llm::LocalModelOptions { force_cpu: true, lora: Some(adapter.clone()), ..Default::default() };
+    let engine = agent_local::LocalBackend::load(&base, &opts).await.unwrap();
     let theirs = engine.next_token_logits(ids.clone()).await.unwrap();
     assert_eq!(ours.len(), theirs.len());
     let diff = ours.iter().zip(&theirs).map(|(a, b)| (a - b).abs()).fold(0.0f32, f32::max);

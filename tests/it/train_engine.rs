@@ -2,9 +2,9 @@
 //! Qwen3 with a non-zero LoRA adapter: the same weights and seeds give the same tokens and
 //! log-probs, requests run concurrently, and a reload follows a changed policy.
 
-use agent::models::tiny_qwen3::{write_tiny_qwen3, TinyQwen3Config};
-use agent::train::model::{LoraSettings, Qwen3, TrainMode, LORA_TARGETS};
-use agent::train::rollout::{GenerateRequest, Generated, MistralrsEngine, RolloutSampler, Sampler};
+use agent_local::tiny_qwen3::{write_tiny_qwen3, TinyQwen3Config};
+use agent_train::model::{LoraSettings, Qwen3, TrainMode, LORA_TARGETS};
+use agent_train::rollout::{GenerateRequest, Generated, MistralrsEngine, RolloutSampler, Sampler};
 use candle_core::{DType, Device, Tensor};
 
 const MAX_NEW: usize = 40;

@@ -1,0 +1,242 @@
+//! The agents a trial can run: ours (through the same `Op`/`Event` session as every
+//! front end), the oracle (the task's reference solution) and nop (does nothing).
+
+use std::io::Write;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde::{Deserialize, Serialize};
+use tokio_util::sync::CancellationToken;
+
+use super::results::FailureMode;
+use super::solution::Solution;
+use super::task::BenchTask;
+use agent_core::config::Config;
+use agent_core::episode::{build_episode, ContainerSource, EpisodeRequest};
+use agent_core::llm::{resolve_model, ModelBackend, ModelSpec, ResolveOptions};
+use agent_protocol::{EndReason, Event, Op, TokenUsage};
+use agent_sandbox::{Sandbox, Shell};
+
+/// Which agent runs the trials.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum AgentKind {
+    /// Our agent, with `--model`.
+    Agent,
+    /// The task's reference solution.
+    Oracle,
+    /// Does nothing: a baseline that must resolve nothing.
+    Nop,
+}
+
+/// Where the agent's model comes from.
+#[derive(Clone)]
+pub enum ModelSource {
+    /// One model shared by every trial (local and remote models).
+    Shared(Arc<dyn ModelBackend>),
+    /// A fresh model per trial (scripted replies restart for each trial).
+    PerTrial(ModelSpec, Box<ResolveOptions>),
+}
+
+/// How the agent phase ended.
+#[derive(Debug, Clone, Default)]
+pub struct AgentOutcome {
+    /// The failure mode and its reason, when the phase failed.
+    pub failure: Option<(FailureMode, String)>,
+    pub duration: Duration,
+    pub usage: TokenUsage,
+    pub turns: u32,
+    /// Turns whose reply had a parse error.
+    pub parse_error_turns: u32,
+    /// The action format used (`native`/`text`; empty for the oracle).
+    pub tool_format: String,
+    /// Why the episode ended (ours) or the solution's exit status (oracle).
+    pub ended: String,
+}
+
+/// Runs the agent on a started environment; logs go into `trial_dir`.
+pub async fn run_agent(
+    kind: AgentKind,
+    model: Option<&ModelSource>,
+    config: &Config,
+    task: &BenchTask,
+    sandbox: &Sandbox,
+    trial_dir: &Path,
+    ids: (&str, &str),
+) -> AgentOutcome {
+    let started = Instant::now();
+    let mut out = match kind {
+        AgentKind::Nop => AgentOutcome { ended: "nop: did nothing".into(), ..Default::default() },
+        AgentKind::Oracle => oracle(task, sandbox, trial_dir).await,
+        AgentKind::Agent => match model {
+            Some(m) => ours(m, config, task, sandbox, trial_dir, ids).await,
+            None => failed(FailureMode::AgentError, "no model given for --agent agent".into()),
+        },
+    };
+    out.duration = started.elapsed();
+    out
+}
+
+fn failed(mode: FailureMode, reason: String) -> AgentOutcome {
+    AgentOutcome { failure: Some((mode, reason.clone())), ended: reason, ..Default::default() }
+}
+
+async fn oracle(task: &BenchTask, sandbox: &Sandbox, trial_dir: &Path) -> AgentOutcome {
+    let mut log = match std::fs::File::create(trial_dir.join("agent.log")) {
+        Ok(f) => f,
+        Err(e) => return failed(FailureMode::AgentError, format!("cannot write agent.log: {e}")),
+    };
+    let commands: Vec<(String, Duration)> = match &task.solution {
+        Solution::Missing => return failed(FailureMode::AgentError, "the task has no reference solution".into()),
+        Solution::Script(path) => {
+            let bytes = match std::fs::read(path) {
+                Ok(b) => b,
+                Err(e) => return failed(FailureMode::AgentError, format!("{}: cannot read: {e}", path.display())),
+            };
+            if let Err(e) = sandbox.write_file("/oracle/solution.sh", &bytes, None).await {
+                return failed(FailureMode::AgentError, format!("cannot copy the solution in: {e}"));
+            }
+            vec![("bash /oracle/solution.sh".to_string(), Duration::ZERO)]
+        }
+        Solution::Keystrokes(steps) => {
+            let waits: Vec<Duration> = steps
+                .iter()
+                .filter(|s| s.append_enter)
+                .map(|s| if s.block { Duration::ZERO } else { s.min_wait })
+                .collect();
+            Solution::keystroke_commands(steps)
+                .into_iter()
+                .zip(waits.into_iter().chain(std::iter::repeat(Duration::ZERO)))
+                .collect()
+        }
+    };
+    let mut shell = match Shell::start(sandbox, 256 * 1024).await {
+        Ok(s) => s,
+        Err(e) => return failed(FailureMode::AgentError, e.to_string()),
+    };
+    let deadline = Instant::now() + task.agent_timeout;
+    let cancel = CancellationToken::new();
+    let mut last_code = None;
+    for (cmd, wait) in commands {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let _ = writeln!(log, "$ {cmd}");
+        let result = match shell.run(&cmd, left, &cancel, &mut |_| {}).await {
+            Ok(r) => r,
+            Err(e) => return failed(FailureMode::AgentError, format!("the solution's shell failed: {e}")),
+        };
+        let _ = writeln!(
+            log,
+            "{}\n[exit {:?} after {:.2} s]",
+            result.output.trim_end(),
+            result.exit_code,
+            result.duration.as_secs_f64()
+        );
+        if result.timed_out {
+            return failed(
+                FailureMode::AgentTimeout,
+                format!("the reference solution ran past the agent timeout of {} s", task.agent_timeout.as_secs()),
+            );
+        }
+        last_code = result.exit_code;
+        if !wait.is_zero() {
+            tokio::time::sleep(wait.min(deadline.saturating_duration_since(Instant::now()))).await;
+        }
+    }
+    AgentOutcome { ended: format!("solution exited with {last_code:?}"), ..Default::default() }
+}
+
+async fn ours(
+    model: &ModelSource,
+    config: &Config,
+    task: &BenchTask,
+    sandbox: &Sandbox,
+    trial_dir: &Path,
+    (run_id, episode_id): (&str, &str),
+) -> AgentOutcome {
+    let model = match model {
+        ModelSource::Shared(m) => m.clone(),
+        ModelSource::PerTrial(spec, opts) => match resolve_model(spec, opts).await {
+            Ok(m) => m,
+            Err(e) => return failed(FailureMode::AgentError, format!("the model could not be loaded: {e}")),
+        },
+    };
+    let mut request = EpisodeRequest::headless(config, ContainerSource::Started(sandbox.clone()), run_id, episode_id);
+    request.limits.wall_clock_secs = task.agent_timeout.as_secs_f64().ceil() as u64;
+    request.trajectory = Some(trial_dir.join("trajectory.jsonl"));
+    let episode = match build_episode(sandbox.engine(), config, model.as_ref(), request, &mut |_| {}).await {
+        Ok(e) => e,
+        Err(e) => return failed(FailureMode::AgentError, e.to_string()),
+    };
+    let tool_format = episode.session.tool_format;
+    let mut events_log = std::fs::File::create(trial_dir.join("events.jsonl")).ok();
+    let mut running = episode.spawn(model);
+    let handle = &mut running.handle;
+    let _ = handle.ops.send(Op::UserTurn { text: task.instruction.clone() });
+    // The session enforces the wall clock itself; this is the backstop for a model
+    // call that does not return.
+    let hard_deadline = tokio::time::sleep(task.agent_timeout + Duration::from_secs(30));
+    tokio::pin!(hard_deadline);
+    let mut end: Option<(EndReason, u32, TokenUsage)> = None;
+    let mut parse_error_turns = std::collections::BTreeSet::new();
+    let mut last_error: Option<String> = None;
+    let mut forced = false;
+    loop {
+        tokio::select! {
+            ev = handle.events.recv() => match ev {
+                Some(ev) => {
+                    if let (Some(f), Ok(line)) = (events_log.as_mut(), serde_json::to_string(&ev)) {
+                        let _ = writeln!(f, "{line}");
+                    }
+                    match ev {
+                        Event::EpisodeEnd { reason, turns, usage, .. } => end = Some((reason, turns, usage)),
+                        Event::Error { message, .. } => last_error = Some(message),
+                        Event::ParseError { turn, .. } => {
+                            parse_error_turns.insert(turn);
+                        }
+                        _ => {}
+                    }
+                }
+                None => break,
+            },
+            _ = &mut hard_deadline, if !forced => {
+                forced = true;
+                let _ = handle.ops.send(Op::Shutdown);
+            }
+        }
+    }
+    // The trial owns the container: finishing only waits for the session.
+    running.finish(Duration::from_secs(10)).await;
+    if let Ok(jsonl) = std::fs::read_to_string(trial_dir.join("trajectory.jsonl")) {
+        let atif = super::atif::to_atif(&jsonl);
+        if let Ok(text) = serde_json::to_vec_pretty(&atif) {
+            let _ = std::fs::write(trial_dir.join("trajectory.atif.json"), text);
+        }
+    }
+    let Some((reason, turns, usage)) = end else {
+        return failed(
+            FailureMode::AgentError,
+            last_error.unwrap_or_else(|| "the session ended without an end event".into()),
+        );
+    };
+    let failure = match reason {
+        EndReason::WallClock => Some((
+            FailureMode::AgentTimeout,
+            format!("the agent ran past the task's agent timeout of {} s", task.agent_timeout.as_secs()),
+        )),
+        EndReason::Shutdown if forced => {
+            Some((FailureMode::AgentTimeout, "the model did not return by the agent timeout".into()))
+        }
+        EndReason::Error => Some((FailureMode::AgentError, last_error.unwrap_or_else(|| "the episode failed".into()))),
+        _ => None,
+    };
+    AgentOutcome {
+        failure,
+        duration: Duration::ZERO,
+        usage,
+        turns,
+        parse_error_turns: u32::try_from(parse_error_turns.len()).unwrap_or(u32::MAX),
+        tool_format: tool_format.to_string(),
+        ended: reason.describe().to_string(),
+    }
+}

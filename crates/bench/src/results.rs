@@ -1,0 +1,201 @@
+//! What a run records: one `result.json` per trial directory (written last, so its
+//! presence marks a finished trial for `--resume`), the run's `run.json` manifest and
+//! the aggregate `results.json`; every file is written atomically.
+
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use super::agents::AgentKind;
+use super::error::BenchError;
+use super::pytest::TestResult;
+use super::verify::VerifiedBy;
+use agent_protocol::TokenUsage;
+
+/// Why a trial did not end normally (`unset`: it did; the tests decide).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum FailureMode {
+    #[default]
+    Unset,
+    AgentTimeout,
+    TestTimeout,
+    ParseError,
+    EnvBuildFailed,
+    AgentError,
+}
+
+impl FailureMode {
+    /// The name used in files and tables.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FailureMode::Unset => "unset",
+            FailureMode::AgentTimeout => "agent_timeout",
+            FailureMode::TestTimeout => "test_timeout",
+            FailureMode::ParseError => "parse_error",
+            FailureMode::EnvBuildFailed => "env_build_failed",
+            FailureMode::AgentError => "agent_error",
+        }
+    }
+}
+
+/// Seconds spent in each phase of a trial.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct Timings {
+    /// Image build (shared by the task's trials; counted on each).
+    pub env_build_secs: f64,
+    pub env_start_secs: f64,
+    pub agent_secs: f64,
+    /// Test package installation of the fallback verifier.
+    pub test_setup_secs: f64,
+    pub tests_secs: f64,
+    pub teardown_secs: f64,
+    pub total_secs: f64,
+}
+
+/// One trial's record.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct TrialRecord {
+    pub task: String,
+    pub attempt: u32,
+    pub resolved: bool,
+    pub failure_mode: FailureMode,
+    /// What went wrong, readable; empty for a normal trial.
+    #[serde(default)]
+    pub reason: String,
+    pub verified_by: Option<VerifiedBy>,
+    /// Why the verification mode was chosen, and with what.
+    #[serde(default)]
+    pub verify_note: Option<String>,
+    #[serde(default)]
+    pub tests: Vec<TestResult>,
+    /// Weighted share of passed tests (`test_weights.json`), or the TB2 reward.
+    #[serde(default)]
+    pub score: f64,
+    #[serde(default)]
+    pub difficulty: Option<String>,
+    #[serde(default)]
+    pub category: Option<String>,
+    #[serde(default)]
+    pub usage: TokenUsage,
+    #[serde(default)]
+    pub turns: u32,
+    /// Turns whose reply had a parse error (a malformed call, or no call at all).
+    #[serde(default)]
+    pub parse_error_turns: u32,
+    /// The action format the agent used (`native` or `text`; empty for the oracle).
+    #[serde(default)]
+    pub tool_format: String,
+    #[serde(default)]
+    pub agent_ended: String,
+    pub timings: Timings,
+    pub started_at_unix_ms: u128,
+}
+
+/// The parameters of a run, kept so that `--resume` continues the same run.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct RunManifest {
+    pub run_id: String,
+    pub agent: AgentKind,
+    pub model: Option<String>,
+    pub attempts: u32,
+    pub tasks: Vec<PathBuf>,
+    pub created_unix_ms: u128,
+}
+
+/// The aggregate file.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ResultsFile {
+    pub run_id: String,
+    pub agent: AgentKind,
+    pub model: Option<String>,
+    pub n_trials: usize,
+    pub n_resolved: usize,
+    pub accuracy: f64,
+    pub stats: super::stats::Summary,
+    pub trials: Vec<TrialRecord>,
+}
+
+/// The directory of one trial.
+pub fn trial_dir(run_dir: &Path, task: &str, attempt: u32) -> PathBuf {
+    run_dir.join(task).join(format!("attempt-{attempt}"))
+}
+
+/// Writes `bytes` to `path` through a temporary file and a rename, so that a killed
+/// run never leaves a truncated file.
+pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), BenchError> {
+    let dir = path.parent().unwrap_or(Path::new("."));
+    std::fs::create_dir_all(dir).map_err(|e| BenchError::io(dir, e))?;
+    let mut tmp = tempfile::NamedTempFile::new_in(dir).map_err(|e| BenchError::io(dir, e))?;
+    std::io::Write::write_all(&mut tmp, bytes).map_err(|e| BenchError::io(path, e))?;
+    tmp.persist(path).map_err(|e| BenchError::io(path, e.error))?;
+    Ok(())
+}
+
+/// Writes a JSON value atomically.
+pub fn write_json<T: Serialize>(path: &Path, value: &T) -> Result<(), BenchError> {
+    let text = serde_json::to_vec_pretty(value).map_err(|e| BenchError::io(path, e))?;
+    write_atomic(path, &text)
+}
+
+/// Records a finished trial.
+pub fn save_trial(run_dir: &Path, rec: &TrialRecord) -> Result<(), BenchError> {
+    write_json(&trial_dir(run_dir, &rec.task, rec.attempt).join("result.json"), rec)
+}
+
+/// The finished trial of `task`/`attempt`, if its record exists and is readable.
+pub fn load_trial(run_dir: &Path, task: &str, attempt: u32) -> Option<TrialRecord> {
+    let path = trial_dir(run_dir, task, attempt).join("result.json");
+    let text = std::fs::read_to_string(path).ok()?;
+    serde_json::from_str(&text).ok()
+}
+
+/// Reads the run's manifest.
+pub fn load_manifest(run_dir: &Path) -> Result<RunManifest, BenchError> {
+    let path = run_dir.join("run.json");
+    let text = std::fs::read_to_string(&path).map_err(|e| BenchError::Results {
+        path: path.display().to_string(),
+        reason: format!("cannot read the run manifest ({e}); --resume needs the directory of an earlier run"),
+    })?;
+    serde_json::from_str(&text).map_err(|e| BenchError::Results {
+        path: path.display().to_string(),
+        reason: format!("not a run manifest: {e}"),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn trial_records_round_trip_and_mark_finished_trials() {
+        let d = tempfile::tempdir().unwrap();
+        assert!(load_trial(d.path(), "t", 0).is_none());
+        let rec = TrialRecord {
+            task: "t".into(),
+            attempt: 0,
+            resolved: false,
+            failure_mode: FailureMode::TestTimeout,
+            reason: "slow".into(),
+            verified_by: Some(VerifiedBy::FallbackPytest),
+            verify_note: None,
+            tests: vec![],
+            score: 0.0,
+            difficulty: None,
+            category: None,
+            usage: TokenUsage::default(),
+            turns: 0,
+            parse_error_turns: 0,
+            tool_format: String::new(),
+            agent_ended: String::new(),
+            timings: Timings::default(),
+            started_at_unix_ms: 1,
+        };
+        save_trial(d.path(), &rec).unwrap();
+        assert_eq!(load_trial(d.path(), "t", 0).unwrap(), rec);
+        let text = std::fs::read_to_string(d.path().join("t/attempt-0/result.json")).unwrap();
+        assert!(text.contains("\"failure_mode\": \"test_timeout\"") && text.contains("\"fallback-pytest\""), "{text}");
+        let e = load_manifest(d.path()).unwrap_err().to_string();
+        assert!(e.contains("run.json") && e.contains("--resume"), "{e}");
+    }
+}

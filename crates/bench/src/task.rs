@@ -1,0 +1,404 @@
+//! Loading Terminal-Bench tasks in both layouts: TB1 (`task.yaml`, `Dockerfile` or
+//! `docker-compose.yaml`, `run-tests.sh`, `tests/`, `solution.sh|yaml`) and TB2/Harbor
+//! (`task.toml`, `instruction.md`, `environment/`, `tests/test.sh`, `solution/solve.sh`).
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use super::compose::{Compose, ImageSource, Service, CLIENT};
+use super::error::TaskError;
+use super::solution::Solution;
+
+/// Which layout a task uses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Layout {
+    Tb1,
+    Tb2,
+}
+
+/// A loaded task.
+#[derive(Debug, Clone)]
+pub struct BenchTask {
+    /// Directory name.
+    pub name: String,
+    pub dir: PathBuf,
+    pub layout: Layout,
+    pub instruction: String,
+    pub difficulty: Option<String>,
+    pub category: Option<String>,
+    pub agent_timeout: Duration,
+    pub test_timeout: Duration,
+    /// The containers of the environment (a Dockerfile task is a compose file with
+    /// one `client` service).
+    pub environment: Compose,
+    pub solution: Solution,
+    /// The `tests/` directory copied into `/tests` after the agent.
+    pub tests_dir: PathBuf,
+    /// The script that runs the tests (`run-tests.sh`, or `tests/test.sh` for TB2).
+    pub test_script: PathBuf,
+    /// Weights of individual tests (`tests/test_weights.json` or `test_weights.json`).
+    pub test_weights: Option<BTreeMap<String, f64>>,
+}
+
+/// A task found on disk, loaded or not: a malformed task becomes a failed trial,
+/// not a failed run.
+#[derive(Debug, Clone)]
+pub struct TaskEntry {
+    pub name: String,
+    pub dir: PathBuf,
+    pub task: Result<BenchTask, TaskError>,
+}
+
+/// Expands the given paths (task directories or directories of tasks) into tasks,
+/// sorted by name within each directory.
+pub fn discover(paths: &[PathBuf]) -> Result<Vec<TaskEntry>, TaskError> {
+    let mut out: Vec<TaskEntry> = Vec::new();
+    for path in paths {
+        if !path.is_dir() {
+            return Err(TaskError::NotADirectory { path: path.display().to_string() });
+        }
+        if is_task_dir(path) {
+            out.push(entry(path));
+            continue;
+        }
+        let mut dirs: Vec<PathBuf> = std::fs::read_dir(path)
+            .map_err(|e| TaskError::Invalid { path: path.display().to_string(), reason: e.to_string() })?
+            .flatten()
+            .map(|e| e.path())
+            .filter(|p| p.is_dir() && (is_task_dir(p) || p.join("Dockerfile").is_file()))
+            .collect();
+        if dirs.is_empty() {
+            return Err(TaskError::NoTasks { path: path.display().to_string() });
+        }
+        dirs.sort();
+        out.extend(dirs.iter().map(|d| entry(d)));
+    }
+    let mut seen = std::collections::BTreeSet::new();
+    for e in &out {
+        if !seen.insert(e.name.clone()) {
+            return Err(TaskError::Invalid {
+                path: e.dir.display().to_string(),
+                reason: format!("a second task named `{}`; task names must be unique in a run", e.name),
+            });
+        }
+    }
+    Ok(out)
+}
+
+fn is_task_dir(p: &Path) -> bool {
+    p.join("task.yaml").is_file() || p.join("task.toml").is_file()
+}
+
+fn entry(dir: &Path) -> TaskEntry {
+    let name = dir
+        .canonicalize()
+        .ok()
+        .and_then(|p| p.file_name().map(|n| n.to_string_lossy().to_string()))
+        .unwrap_or_else(|| dir.display().to_string());
+    TaskEntry { name, dir: dir.to_path_buf(), task: BenchTask::load(dir) }
+}
+
+#[derive(Debug, Deserialize)]
+struct Tb1Yaml {
+    instruction: Option<String>,
+    difficulty: Option<String>,
+    category: Option<String>,
+    max_agent_timeout_sec: Option<serde_yaml::Value>,
+    max_test_timeout_sec: Option<serde_yaml::Value>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+struct Tb2Toml {
+    #[serde(default)]
+    metadata: Tb2Metadata,
+    #[serde(default)]
+    agent: Tb2Timeout,
+    #[serde(default)]
+    verifier: Tb2Timeout,
+}
+
+#[derive(Debug, Default, Deserialize)]
+struct Tb2Metadata {
+    difficulty: Option<String>,
+    category: Option<String>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+struct Tb2Timeout {
+    timeout_sec: Option<f64>,
+}
+
+impl BenchTask {
+    /// Loads a task directory of either layout.
+    pub fn load(dir: &Path) -> Result<BenchTask, TaskError> {
+        if !dir.is_dir() {
+            return Err(TaskError::NotADirectory { path: dir.display().to_string() });
+        }
+        if dir.join("task.toml").is_file() {
+            return Self::load_tb2(dir);
+        }
+        Self::load_tb1(dir)
+    }
+
+    fn name_of(dir: &Path) -> String {
+        dir.canonicalize()
+            .ok()
+            .and_then(|p| p.file_name().map(|n| n.to_string_lossy().to_string()))
+            .unwrap_or_else(|| "task".into())
+    }
+
+    fn load_tb1(dir: &Path) -> Result<BenchTask, TaskError> {
+        let yaml_path = dir.join("task.yaml");
+        let shown = yaml_path.display().to_string();
+        let text = std::fs::read_to_string(&yaml_path).map_err(|_| TaskError::MissingFile {
+            path: shown.clone(),
+            hint: "a TB1 task needs task.yaml (a TB2 task needs task.toml)".into(),
+        })?;
+        let parsed: Tb1Yaml = serde_yaml::from_str(&text).map_err(|e| TaskError::Invalid {
+            path: shown.clone(),
+            reason: match e.location() {
+                Some(l) => format!("line {}: {e}", l.line()),
+                None => e.to_string(),
+            },
+        })?;
+        let instruction = parsed
+            .instruction
+            .filter(|s| !s.trim().is_empty())
+            .ok_or_else(|| TaskError::MissingField { path: shown.clone(), field: "instruction".into() })?;
+        let agent_timeout = seconds(&shown, "max_agent_timeout_sec", parsed.max_agent_timeout_sec.as_ref(), 360.0)?;
+        let test_timeout = seconds(&shown, "max_test_timeout_sec", parsed.max_test_timeout_sec.as_ref(), 60.0)?;
+        let compose_path = dir.join("docker-compose.yaml");
+        let environment = if compose_path.is_file() {
+            Compose::load(&compose_path, dir)?
+        } else {
+            single_service(dir, &dir.join("Dockerfile"))
+        };
+        check_builds(&environment)?;
+        let solution = if dir.join("solution.sh").is_file() {
+            Solution::Script(dir.join("solution.sh"))
+        } else if dir.join("solution.yaml").is_file() {
+            Solution::load_keystrokes(&dir.join("solution.yaml"))?
+        } else {
+            Solution::Missing
+        };
+        let test_script = dir.join("run-tests.sh");
+        if !test_script.is_file() {
+            return Err(TaskError::MissingFile {
+                path: test_script.display().to_string(),
+                hint: "a TB1 task needs the script that runs its tests".into(),
+            });
+        }
+        let tests_dir = dir.join("tests");
+        Ok(BenchTask {
+            name: Self::name_of(dir),
+            dir: dir.to_path_buf(),
+            layout: Layout::Tb1,
+            instruction,
+            difficulty: parsed.difficulty,
+            category: parsed.category,
+            agent_timeout,
+            test_timeout,
+            environment,
+            solution,
+            test_weights: load_weights(&[tests_dir.join("test_weights.json"), dir.join("test_weights.json")])?,
+            tests_dir,
+            test_script,
+        })
+    }
+
+    fn load_tb2(dir: &Path) -> Result<BenchTask, TaskError> {
+        let toml_path = dir.join("task.toml");
+        let shown = toml_path.display().to_string();
+        let text = std::fs::read_to_string(&toml_path)
+            .map_err(|e| TaskError::Invalid { path: shown.clone(), reason: format!("cannot read: {e}") })?;
+        let parsed: Tb2Toml = toml::from_str(&text).map_err(|e| TaskError::Invalid {
+            path: shown.clone(),
+            reason: e.to_string().lines().collect::<Vec<_>>().join(" "),
+        })?;
+        let instr_path = dir.join("instruction.md");
+        let instruction =
+            std::fs::read_to_string(&instr_path).ok().filter(|s| !s.trim().is_empty()).ok_or_else(|| {
+                TaskError::MissingFile {
+                    path: instr_path.display().to_string(),
+                    hint: "a TB2 task needs a non-empty instruction.md".into(),
+                }
+            })?;
+        let positive = |field: &str, v: Option<f64>, default: f64| -> Result<Duration, TaskError> {
+            let v = v.unwrap_or(default);
+            if v.is_finite() && v > 0.0 {
+                Ok(Duration::from_secs_f64(v))
+            } else {
+                Err(TaskError::BadField { path: shown.clone(), field: field.into(), reason: "must be > 0".into() })
+            }
+        };
+        let agent_timeout = positive("agent.timeout_sec", parsed.agent.timeout_sec, 600.0)?;
+        let test_timeout = positive("verifier.timeout_sec", parsed.verifier.timeout_sec, 600.0)?;
+        let env_dir = dir.join("environment");
+        let compose_path = env_dir.join("docker-compose.yaml");
+        let environment = if compose_path.is_file() {
+            Compose::load(&compose_path, &env_dir)?
+        } else {
+            single_service(&env_dir, &env_dir.join("Dockerfile"))
+        };
+        check_builds(&environment)?;
+        let solve = dir.join("solution").join("solve.sh");
+        let tests_dir = dir.join("tests");
+        let test_script = tests_dir.join("test.sh");
+        if !test_script.is_file() {
+            return Err(TaskError::MissingFile {
+                path: test_script.display().to_string(),
+                hint: "a TB2 task needs tests/test.sh (it writes /logs/verifier/reward.txt)".into(),
+            });
+        }
+        Ok(BenchTask {
+            name: Self::name_of(dir),
+            dir: dir.to_path_buf(),
+            layout: Layout::Tb2,
+            instruction,
+            difficulty: parsed.metadata.difficulty,
+            category: parsed.metadata.category,
+            agent_timeout,
+            test_timeout,
+            environment,
+            solution: if solve.is_file() { Solution::Script(solve) } else { Solution::Missing },
+            test_weights: load_weights(&[tests_dir.join("test_weights.json")])?,
+            tests_dir,
+            test_script,
+        })
+    }
+}
+
+fn single_service(context: &Path, dockerfile: &Path) -> Compose {
+    Compose {
+        path: dockerfile.to_path_buf(),
+        services: vec![Service {
+            name: CLIENT.into(),
+            image: ImageSource::Build { context: context.to_path_buf(), dockerfile: dockerfile.to_path_buf() },
+            command: None,
+            environment: vec![format!("TEST_DIR={}", super::compose::TEST_DIR)],
+            working_dir: None,
+            healthcheck: None,
+            depends_on: Vec::new(),
+        }],
+    }
+}
+
+fn check_builds(env: &Compose) -> Result<(), TaskError> {
+    for s in &env.services {
+        if let ImageSource::Build { dockerfile, .. } = &s.image {
+            if !dockerfile.is_file() {
+                return Err(TaskError::MissingFile {
+                    path: dockerfile.display().to_string(),
+                    hint: format!(
+                        "the `{}` service's Dockerfile (a TB1 task needs a Dockerfile or docker-compose.yaml)",
+                        s.name
+                    ),
+                });
+            }
+        }
+    }
+    Ok(())
+}
+
+fn seconds(path: &str, field: &str, v: Option<&serde_yaml::Value>, default: f64) -> Result<Duration, TaskError> {
+    let bad = |reason: &str| TaskError::BadField { path: path.into(), field: field.into(), reason: reason.into() };
+    let secs = match v {
+        None | Some(serde_yaml::Value::Null) => default,
+        Some(v) => v.as_f64().ok_or_else(|| bad("expected a number of seconds"))?,
+    };
+    if !(secs.is_finite() && secs > 0.0) {
+        return Err(bad("must be a positive number of seconds"));
+    }
+    Ok(Duration::from_secs_f64(secs))
+}
+
+fn load_weights(candidates: &[PathBuf]) -> Result<Option<BTreeMap<String, f64>>, TaskError> {
+    let Some(path) = candidates.iter().find(|p| p.is_file()) else { return Ok(None) };
+    let shown = path.display().to_string();
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| TaskError::Invalid { path: shown.clone(), reason: format!("cannot read: {e}") })?;
+    let weights: BTreeMap<String, f64> = serde_json::from_str(&text).map_err(|e| TaskError::Invalid {
+        path: shown.clone(),
+        reason: format!("line {}: expected an object of test name → weight: {e}", e.line()),
+    })?;
+    if let Some((k, _)) = weights.iter().find(|(_, w)| !(w.is_finite() && **w >= 0.0)) {
+        return Err(TaskError::BadField { path: shown, field: k.clone(), reason: "a weight must be ≥ 0".into() });
+    }
+    Ok(Some(weights))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn write(dir: &Path, name: &str, text: &str) {
+        let p = dir.join(name);
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::write(p, text).unwrap();
+    }
+
+    #[test]
+    fn tb1_errors_name_the_file_and_field() {
+        let d = tempfile::tempdir().unwrap();
+        let e = BenchTask::load(d.path()).unwrap_err().to_string();
+        assert!(e.contains("task.yaml") && e.contains("missing"), "{e}");
+        write(d.path(), "task.yaml", "difficulty: easy\n");
+        let e = BenchTask::load(d.path()).unwrap_err().to_string();
+        assert!(e.contains("task.yaml") && e.contains("`instruction`"), "{e}");
+        write(d.path(), "task.yaml", "instruction: do it\nmax_agent_timeout_sec: soon\n");
+        let e = BenchTask::load(d.path()).unwrap_err().to_string();
+        assert!(e.contains("`max_agent_timeout_sec`"), "{e}");
+        write(d.path(), "task.yaml", "instruction: do it\n");
+        let e = BenchTask::load(d.path()).unwrap_err().to_string();
+        assert!(e.contains("Dockerfile"), "{e}");
+        write(d.path(), "Dockerfile", "FROM x\n");
+        let e = BenchTask::load(d.path()).unwrap_err().to_string();
+        assert!(e.contains("run-tests.sh"), "{e}");
+        write(d.path(), "run-tests.sh", "pytest\n");
+        write(d.path(), "tests/test_weights.json", "{\"test_a\": 2, \"test_b\": 1}");
+        write(d.path(), "solution.yaml", "- command: echo hi\n");
+        let t = BenchTask::load(d.path()).unwrap();
+        assert_eq!(t.instruction, "do it");
+        assert_eq!(t.agent_timeout, Duration::from_secs(360));
+        assert_eq!(t.test_weights.unwrap()["test_a"], 2.0);
+        assert!(matches!(t.solution, Solution::Keystrokes(ref k) if k.len() == 1));
+    }
+
+    #[test]
+    fn tb2_layout_loads() {
+        let d = tempfile::tempdir().unwrap();
+        write(d.path(), "task.toml", "[metadata]\ndifficulty = \"hard\"\n[verifier]\ntimeout_sec = 30.0\n");
+        write(d.path(), "instruction.md", "Make it so.\n");
+        write(d.path(), "environment/Dockerfile", "FROM x\n");
+        write(d.path(), "tests/test.sh", "echo 1 > /logs/verifier/reward.txt\n");
+        write(d.path(), "solution/solve.sh", "true\n");
+        let t = BenchTask::load(d.path()).unwrap();
+        assert_eq!(t.layout, Layout::Tb2);
+        assert_eq!(t.difficulty.as_deref(), Some("hard"));
+        assert_eq!(t.test_timeout, Duration::from_secs(30));
+        assert!(matches!(t.solution, Solution::Script(_)));
+        write(d.path(), "task.toml", "[verifier]\ntimeout_sec = -1\n");
+        let e = BenchTask::load(d.path()).unwrap_err().to_string();
+        assert!(e.contains("verifier.timeout_sec"), "{e}");
+    }
+
+    #[test]
+    fn every_shared_tb1_task_loads() {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/tb1-tasks");
+        if !root.is_dir() {
+            return;
+        }
+        let entries = discover(&[root]).unwrap();
+        assert_eq!(entries.len(), 15);
+        for e in &entries {
+            let t = e.task.as_ref().unwrap_or_else(|err| panic!("{}: {err}", e.name));
+            assert!(t.environment.client().is_some());
+        }
+        let scraper = entries.iter().find(|e| e.name == "simple-web-scraper").unwrap();
+        assert_eq!(scraper.task.as_ref().unwrap().environment.services.len(), 2);
+    }
+}

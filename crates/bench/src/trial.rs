@@ -1,0 +1,204 @@
+//! One trial: build/start the environment, run the agent under the agent timeout,
+//! copy the tests in, run them under the test timeout, parse, tear down.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
+
+use agent_sandbox::Engine;
+
+use super::agents::{run_agent, AgentKind, ModelSource};
+use super::env::{EnvSettings, TrialEnv};
+use super::images::ImageCache;
+use super::pytest::{all_passed, parse_pytest, weighted_score};
+use super::results::{trial_dir, FailureMode, Timings, TrialRecord};
+use super::task::{Layout, TaskEntry};
+use super::verify::{TestRun, Verifier};
+use agent_core::config::Config;
+
+/// What every trial of a run shares.
+pub struct TrialContext {
+    pub docker: Engine,
+    pub run_dir: PathBuf,
+    pub agent: AgentKind,
+    pub model: Option<ModelSource>,
+    pub config: Config,
+    pub images: Arc<ImageCache>,
+    pub env: EnvSettings,
+    pub verifier: Verifier,
+}
+
+/// Runs one trial to the end; every failure becomes the record's failure mode.
+pub async fn run_trial(ctx: &TrialContext, entry: &TaskEntry, attempt: u32) -> TrialRecord {
+    let dir = trial_dir(&ctx.run_dir, &entry.name, attempt);
+    run_trial_with(ctx, ctx.model.as_ref(), entry, attempt, dir).await
+}
+
+/// [`run_trial`] with its own model and log folder (the trainer gives each rollout a
+/// model that records its tokens).
+pub async fn run_trial_with(
+    ctx: &TrialContext,
+    model: Option<&ModelSource>,
+    entry: &TaskEntry,
+    attempt: u32,
+    dir: PathBuf,
+) -> TrialRecord {
+    let started = Instant::now();
+    let mut rec = TrialRecord {
+        task: entry.name.clone(),
+        attempt,
+        resolved: false,
+        failure_mode: FailureMode::Unset,
+        reason: String::new(),
+        verified_by: None,
+        verify_note: None,
+        tests: Vec::new(),
+        score: 0.0,
+        difficulty: None,
+        category: None,
+        usage: Default::default(),
+        turns: 0,
+        parse_error_turns: 0,
+        tool_format: String::new(),
+        agent_ended: String::new(),
+        timings: Timings::default(),
+        started_at_unix_ms: SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis()).unwrap_or(0),
+    };
+    if let Err(e) = std::fs::create_dir_all(&dir) {
+        return fail(
+            rec,
+            FailureMode::AgentError,
+            format!("{}: cannot create the trial directory: {e}", dir.display()),
+            started,
+        );
+    }
+    let task = match &entry.task {
+        Ok(t) => t,
+        Err(e) => return fail(rec, FailureMode::EnvBuildFailed, format!("the task cannot be loaded: {e}"), started),
+    };
+    rec.difficulty = task.difficulty.clone();
+    rec.category = task.category.clone();
+
+    let t = Instant::now();
+    let images = match ctx.images.get(task).await {
+        Ok(i) => i,
+        Err(e) => return fail(rec, FailureMode::EnvBuildFailed, e.to_string(), started),
+    };
+    rec.timings.env_build_secs = t.elapsed().as_secs_f64();
+    let episode = format!("{}-{attempt}", entry.name);
+    let t = Instant::now();
+    let mut env = match TrialEnv::start(&ctx.docker, task, &images, &ctx.env, &episode).await {
+        Ok(e) => e,
+        Err(e) => {
+            return fail(rec, FailureMode::EnvBuildFailed, format!("the environment did not start: {e}"), started)
+        }
+    };
+    rec.timings.env_start_secs = t.elapsed().as_secs_f64();
+    let Some(sandbox) = env.client().cloned() else {
+        env.teardown().await;
+        return fail(rec, FailureMode::EnvBuildFailed, "the environment has no agent container".into(), started);
+    };
+
+    let outcome =
+        run_agent(ctx.agent, model, &ctx.config, task, &sandbox, &dir, (ctx.env.run_id.as_str(), episode.as_str()))
+            .await;
+    rec.timings.agent_secs = outcome.duration.as_secs_f64();
+    rec.usage = outcome.usage;
+    rec.turns = outcome.turns;
+    rec.parse_error_turns = outcome.parse_error_turns;
+    rec.tool_format = outcome.tool_format.clone();
+    rec.agent_ended = outcome.ended.clone();
+    if let Some((mode, reason)) = outcome.failure {
+        rec.failure_mode = mode;
+        rec.reason = reason;
+    }
+
+    // The tests run after an agent timeout too: the work done until then counts.
+    let t = Instant::now();
+    match ctx.verifier.run(task, &sandbox).await {
+        Ok(run) => {
+            rec.timings.test_setup_secs = run.setup_secs;
+            rec.timings.tests_secs = t.elapsed().as_secs_f64() - run.setup_secs;
+            let _ = std::fs::write(dir.join("tests.log"), &run.output);
+            score(&mut rec, task.layout, task.test_weights.as_ref(), &run, task.test_timeout.as_secs());
+        }
+        Err(e) => set_failure(&mut rec, FailureMode::AgentError, format!("the tests could not be run: {e}")),
+    }
+    let t = Instant::now();
+    env.teardown().await;
+    rec.timings.teardown_secs = t.elapsed().as_secs_f64();
+    rec.timings.total_secs = started.elapsed().as_secs_f64();
+    rec
+}
+
+fn fail(mut rec: TrialRecord, mode: FailureMode, reason: String, started: Instant) -> TrialRecord {
+    rec.failure_mode = mode;
+    rec.reason = reason;
+    rec.timings.total_secs = started.elapsed().as_secs_f64();
+    rec
+}
+
+/// Sets the failure mode unless an earlier phase already set one.
+fn set_failure(rec: &mut TrialRecord, mode: FailureMode, reason: String) {
+    if rec.failure_mode == FailureMode::Unset {
+        rec.failure_mode = mode;
+        rec.reason = reason;
+    }
+}
+
+fn score(
+    rec: &mut TrialRecord,
+    layout: Layout,
+    weights: Option<&std::collections::BTreeMap<String, f64>>,
+    run: &TestRun,
+    timeout_secs: u64,
+) {
+    rec.verified_by = Some(run.verified_by);
+    rec.verify_note = run.note.clone();
+    if run.timed_out {
+        set_failure(rec, FailureMode::TestTimeout, format!("the tests ran past the test timeout of {timeout_secs} s"));
+        return;
+    }
+    if layout == Layout::Tb2 {
+        match run.reward {
+            Some(r) => {
+                rec.score = r;
+                rec.resolved = r >= 1.0;
+            }
+            None => set_failure(
+                rec,
+                FailureMode::ParseError,
+                format!("tests/test.sh wrote no readable reward to {}", super::verify::REWARD_FILE),
+            ),
+        }
+        return;
+    }
+    match parse_pytest(&run.output) {
+        Ok(tests) => {
+            rec.resolved = all_passed(&tests);
+            rec.score = weighted_score(&tests, weights);
+            rec.tests = tests;
+        }
+        Err(e) => {
+            let mut reason = e.to_string();
+            if let Some(note) = &run.note {
+                reason = format!("{reason}; {note}");
+            }
+            let tail: String = run
+                .output
+                .trim()
+                .lines()
+                .rev()
+                .take(3)
+                .collect::<Vec<_>>()
+                .into_iter()
+                .rev()
+                .collect::<Vec<_>>()
+                .join(" | ");
+            if !tail.is_empty() {
+                reason = format!("{reason}; the output ends with: {}", tail.chars().take(300).collect::<String>());
+            }
+            set_failure(rec, FailureMode::ParseError, reason);
+        }
+    }
+}

@@ -1,0 +1,292 @@
+//! Running a task's tests after the agent: copy `tests/` into `/tests`, run the task's
+//! script (or, when that script cannot fetch its test runner, the task's pytest file
+//! with a pytest available in the container), under the test timeout.
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use serde::{Deserialize, Serialize};
+
+use super::compose::TEST_DIR;
+use super::error::VerifyError;
+use super::task::{BenchTask, Layout};
+use agent_sandbox::{Sandbox, SandboxError};
+
+/// Bytes of test output kept (head and tail are what matter; pytest's summary is last).
+const MAX_TEST_OUTPUT: usize = 1 << 20;
+/// Where TB2 tests write their reward.
+pub const REWARD_FILE: &str = "/logs/verifier/reward.txt";
+
+/// Which mode verified a trial.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum VerifiedBy {
+    /// The task's own `run-tests.sh`.
+    #[serde(rename = "run-tests.sh")]
+    RunTests,
+    /// The harness ran the task's pytest file with a pytest in the container, because
+    /// the script's runner (uv from astral.sh) cannot be fetched.
+    #[serde(rename = "fallback-pytest")]
+    FallbackPytest,
+    /// TB2's `tests/test.sh` and its reward file.
+    #[serde(rename = "reward-file")]
+    RewardFile,
+}
+
+/// How to choose the verification mode.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum VerifyMode {
+    /// The task's script, unless it needs a runner the network cannot deliver.
+    #[default]
+    Auto,
+    /// Always the task's script.
+    Script,
+    /// Always the harness's pytest run.
+    Fallback,
+}
+
+/// What the test run produced.
+#[derive(Debug, Clone)]
+pub struct TestRun {
+    pub verified_by: VerifiedBy,
+    /// Why this mode was chosen, when it is not the task's own script.
+    pub note: Option<String>,
+    pub output: String,
+    pub exit_code: Option<i64>,
+    pub timed_out: bool,
+    /// The TB2 reward, when the layout has one.
+    pub reward: Option<f64>,
+    pub duration: Duration,
+    /// Seconds spent installing the fallback's packages (not under the test timeout).
+    pub setup_secs: f64,
+}
+
+/// The run-wide verification choice.
+#[derive(Debug, Clone)]
+pub struct Verifier {
+    pub mode: VerifyMode,
+    /// `None` when uv can be fetched; otherwise why not.
+    pub uv_unreachable: Option<String>,
+}
+
+impl Verifier {
+    /// Probes once whether `uv`'s installer is reachable from here.
+    pub async fn probe(mode: VerifyMode) -> Verifier {
+        if mode != VerifyMode::Auto {
+            return Verifier { mode, uv_unreachable: None };
+        }
+        let url = "https://astral.sh/uv/install.sh";
+        let client = reqwest::Client::builder().timeout(Duration::from_secs(5)).build();
+        let uv_unreachable = match client {
+            Err(e) => Some(format!("no HTTP client: {e}")),
+            Ok(c) => match c.head(url).send().await {
+                Ok(r) if r.status().is_success() || r.status().is_redirection() => None,
+                Ok(r) => Some(format!("{url} answered {}", r.status())),
+                Err(e) => Some(format!("{url} is unreachable: {}", first_line(&e.to_string()))),
+            },
+        };
+        Verifier { mode, uv_unreachable }
+    }
+
+    /// Copies the tests in and runs them.
+    pub async fn run(&self, task: &BenchTask, sandbox: &Sandbox) -> Result<TestRun, VerifyError> {
+        copy_dir(sandbox, &task.tests_dir, TEST_DIR).await?;
+        if task.layout == Layout::Tb2 {
+            return run_tb2(task, sandbox).await;
+        }
+        let script = std::fs::read_to_string(&task.test_script)
+            .map_err(|e| VerifyError::ReadScript { path: task.test_script.display().to_string(), source: e })?;
+        upload(sandbox, &format!("{TEST_DIR}/run-tests.sh"), script.as_bytes()).await?;
+        let needs_uv = script.contains("uv ") || script.contains("setup-uv-pytest");
+        let fallback_reason = match self.mode {
+            VerifyMode::Script => None,
+            VerifyMode::Fallback => Some("--verify fallback".to_string()),
+            VerifyMode::Auto => self
+                .uv_unreachable
+                .as_ref()
+                .filter(|_| needs_uv)
+                .map(|why| format!("run-tests.sh fetches uv from astral.sh, which is unreachable ({why})")),
+        };
+        match fallback_reason {
+            None => {
+                let cmd = format!("bash {TEST_DIR}/run-tests.sh 2>&1");
+                let (out, code, timed_out, d) = exec(sandbox, &cmd, task.test_timeout).await?;
+                Ok(TestRun {
+                    verified_by: VerifiedBy::RunTests,
+                    note: None,
+                    output: out,
+                    exit_code: code,
+                    timed_out,
+                    reward: None,
+                    duration: d,
+                    setup_secs: 0.0,
+                })
+            }
+            Some(reason) => run_fallback(task, sandbox, &script, reason).await,
+        }
+    }
+}
+
+fn first_line(s: &str) -> String {
+    s.lines().next().unwrap_or_default().chars().take(200).collect()
+}
+
+async fn run_tb2(task: &BenchTask, sandbox: &Sandbox) -> Result<TestRun, VerifyError> {
+    let cmd = format!("mkdir -p /logs/verifier && bash {TEST_DIR}/test.sh 2>&1");
+    let (out, code, timed_out, d) = exec(sandbox, &cmd, task.test_timeout).await?;
+    let reward = match sandbox.read_file(REWARD_FILE).await {
+        Ok(f) => super::pytest::parse_reward(&String::from_utf8_lossy(&f.bytes)),
+        Err(_) => None,
+    };
+    Ok(TestRun {
+        verified_by: VerifiedBy::RewardFile,
+        note: None,
+        output: out,
+        exit_code: code,
+        timed_out,
+        reward,
+        duration: d,
+        setup_secs: 0.0,
+    })
+}
+
+async fn run_fallback(
+    task: &BenchTask,
+    sandbox: &Sandbox,
+    script: &str,
+    reason: String,
+) -> Result<TestRun, VerifyError> {
+    let (pytest_pin, extras) = packages_of(script);
+    let files = test_files(script);
+    let setup = format!(
+        "export PIP_BREAK_SYSTEM_PACKAGES=1 PIP_DISABLE_PIP_VERSION_CHECK=1\n\
+         PY=$(command -v python3 || command -v python) || {{ echo 'no python in the container'; exit 127; }}\n\
+         V=$(\"$PY\" -m pytest --version 2>&1) || {{ \"$PY\" -m pip install -q {pytest_pin} || exit 3; V=$(\"$PY\" -m pytest --version 2>&1); }}\n\
+         {}\necho \"$V\"",
+        if extras.is_empty() {
+            String::new()
+        } else {
+            format!("\"$PY\" -m pip install -q {} || exit 4", extras.join(" "))
+        }
+    );
+    let started = Instant::now();
+    let (setup_out, setup_code, _, _) =
+        exec(sandbox, &format!("{{ {setup}\n}} 2>&1"), Duration::from_secs(600)).await?;
+    let setup_secs = started.elapsed().as_secs_f64();
+    let pytest_version = setup_out.lines().last().unwrap_or("").trim().to_string();
+    if setup_code != Some(0) {
+        return Ok(TestRun {
+            verified_by: VerifiedBy::FallbackPytest,
+            note: Some(format!(
+                "{reason}; the fallback could not get pytest or the test packages: {}",
+                tail(&setup_out, 400)
+            )),
+            output: setup_out,
+            exit_code: setup_code,
+            timed_out: false,
+            reward: None,
+            duration: started.elapsed(),
+            setup_secs,
+        });
+    }
+    let cmd = format!("PY=$(command -v python3 || command -v python); \"$PY\" -m pytest {} -rA 2>&1", files.join(" "));
+    let (out, code, timed_out, d) = exec(sandbox, &cmd, task.test_timeout).await?;
+    Ok(TestRun {
+        verified_by: VerifiedBy::FallbackPytest,
+        note: Some(format!("{reason}; ran {} with {pytest_version}", files.join(" "))),
+        output: out,
+        exit_code: code,
+        timed_out,
+        reward: None,
+        duration: d,
+        setup_secs,
+    })
+}
+
+fn tail(s: &str, n: usize) -> String {
+    let chars: Vec<char> = s.trim().chars().collect();
+    chars[chars.len().saturating_sub(n)..].iter().collect::<String>().replace('\n', " | ")
+}
+
+/// The pinned pytest (default `pytest`) and the other packages a run-tests script adds
+/// with `uv add` or `pip install`.
+pub fn packages_of(script: &str) -> (String, Vec<String>) {
+    let mut pytest = "pytest".to_string();
+    let mut extras = Vec::new();
+    for line in script.lines().map(str::trim).filter(|l| !l.starts_with('#')) {
+        let words: Vec<&str> = line.split_whitespace().collect();
+        let args = match words.as_slice() {
+            ["uv", "add", rest @ ..] | ["pip", "install", rest @ ..] | ["pip3", "install", rest @ ..] => rest,
+            ["uv", "pip", "install", rest @ ..] => rest,
+            _ => continue,
+        };
+        for a in args.iter().filter(|a| !a.starts_with('-')) {
+            if a.to_lowercase().starts_with("pytest==") || a.eq_ignore_ascii_case("pytest") {
+                pytest = a.to_string();
+            } else if !extras.iter().any(|e| e == a) {
+                extras.push(a.to_string());
+            }
+        }
+    }
+    (pytest, extras)
+}
+
+/// The test files the script hands pytest (`$TEST_DIR/...`), else `/tests/test_outputs.py`.
+pub fn test_files(script: &str) -> Vec<String> {
+    let mut files: Vec<String> = script
+        .split_whitespace()
+        .filter(|w| w.ends_with(".py") && (w.starts_with("$TEST_DIR/") || w.starts_with("${TEST_DIR}/")))
+        .map(|w| {
+            format!("{TEST_DIR}/{}", w.rsplit_once("}/").or_else(|| w.split_once('/')).map(|(_, f)| f).unwrap_or(w))
+        })
+        .collect();
+    files.dedup();
+    if files.is_empty() {
+        files.push(format!("{TEST_DIR}/test_outputs.py"));
+    }
+    files
+}
+
+/// Runs a shell command in the container's working directory: (output, exit code,
+/// timed out, duration).
+async fn exec(
+    sandbox: &Sandbox,
+    cmd: &str,
+    timeout: Duration,
+) -> Result<(String, Option<i64>, bool, Duration), SandboxError> {
+    let started = Instant::now();
+    let out = sandbox.exec(&["bash", "-c", cmd], None, timeout, MAX_TEST_OUTPUT).await?;
+    let d = started.elapsed();
+    let mut text = agent_sandbox::sanitize(&out.stdout);
+    if !out.stderr.is_empty() {
+        text.push_str(&agent_sandbox::sanitize(&out.stderr));
+    }
+    let timed_out = out.exit_code.is_none() && d + Duration::from_millis(50) >= timeout;
+    Ok((text, out.exit_code, timed_out, d))
+}
+
+/// Uploads one file.
+async fn upload(sandbox: &Sandbox, path: &str, bytes: &[u8]) -> Result<(), VerifyError> {
+    Ok(sandbox.write_file(path, bytes, None).await?)
+}
+
+/// Copies a host directory to `dest` (created) in the container.
+pub async fn copy_dir(sandbox: &Sandbox, src: &Path, dest: &str) -> Result<(), VerifyError> {
+    Ok(sandbox.copy_dir_in(src, dest).await?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn packages_and_files_of_real_scripts() {
+        let s = "source $TEST_DIR/setup-uv-pytest.sh\n\nuv add pandas==2.3.0 pyarrow==20.0.0\n\nbash $TEST_DIR/run-uv-pytest.sh\n";
+        assert_eq!(packages_of(s), ("pytest".to_string(), vec!["pandas==2.3.0".into(), "pyarrow==20.0.0".into()]));
+        let s = "python3 -m venv .venv\nsource .venv/bin/activate\npip install pytest==8.4.1\npytest $TEST_DIR/test_outputs.py -rA\n";
+        assert_eq!(packages_of(s), ("pytest==8.4.1".to_string(), vec![]));
+        assert_eq!(test_files(s), ["/tests/test_outputs.py"]);
+        assert_eq!(test_files("pytest ${TEST_DIR}/test_a.py\n"), ["/tests/test_a.py"]);
+        assert_eq!(test_files("bash $TEST_DIR/run-uv-pytest.sh"), ["/tests/test_outputs.py"]);
+    }
+}

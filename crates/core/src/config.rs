@@ -1,0 +1,172 @@
+//! One config file (`.agent/config.toml` in the project, else
+//! `~/.config/agent/config.toml`); command-line flags override it.
+
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use crate::tools::ToolFormat;
+use agent_sandbox::{ContainerConfig, ImageMap};
+
+/// Errors reading the config, naming the file.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read the config file {path}: {reason}")]
+    Read { path: String, reason: String },
+    #[error("the config file {path} is not valid: {reason}")]
+    Parse { path: String, reason: String },
+}
+
+/// The whole configuration.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Config {
+    /// Model spec used when `--model` is not given.
+    pub model: Option<String>,
+    /// Name of the environment variable holding the API key of `openai:` models.
+    pub api_key_env: Option<String>,
+    /// Episode limits.
+    pub episode: EpisodeLimits,
+    /// Sandbox settings.
+    pub sandbox: SandboxSettings,
+    /// Image substitutions for hosts that cannot pull (pattern → local image).
+    pub image_map: ImageMap,
+    /// A system-prompt template that replaces `prompts/system.md` (`{{cwd}}`,
+    /// `{{tools}}`, `{{date}}` are filled in when present); training presets for tiny
+    /// models use a short one.
+    pub system_prompt: Option<String>,
+    /// How the model writes its actions: `auto` (native tool calls where the model
+    /// supports them, else text), `native` or `text`. `--tool-format` overrides it.
+    pub tool_format: ToolFormat,
+}
+
+/// Stop conditions of an episode.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct EpisodeLimits {
+    /// Model turns before the episode stops.
+    pub max_turns: u32,
+    /// Generated tokens in all before the episode stops.
+    pub token_budget: u64,
+    /// Wall-clock seconds before the episode stops.
+    pub wall_clock_secs: u64,
+    /// Consecutive replies without a valid action before the episode stops.
+    pub max_parse_failures: u32,
+    /// Tokens of context the model accepts; old observations are elided beyond it.
+    pub context_tokens: u64,
+    /// Maximum tokens per reply.
+    pub max_reply_tokens: u32,
+    /// Sampling temperature.
+    pub temperature: Option<f32>,
+}
+
+impl Default for EpisodeLimits {
+    fn default() -> Self {
+        Self {
+            max_turns: 50,
+            token_budget: 200_000,
+            wall_clock_secs: 3600,
+            max_parse_failures: 3,
+            context_tokens: 32_768,
+            max_reply_tokens: 4096,
+            temperature: None,
+        }
+    }
+}
+
+/// Container settings.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct SandboxSettings {
+    /// Image used when no task or image is given.
+    pub image: String,
+    /// CPU cores per container.
+    pub cpus: f64,
+    /// Memory per container, in MiB.
+    pub memory_mb: i64,
+    /// Process limit per container.
+    pub pids_limit: i64,
+    /// Network access for containers.
+    pub network: bool,
+    /// Bytes of command output kept for the model (head and tail).
+    pub max_output_bytes: usize,
+    /// Default per-command timeout in seconds.
+    pub command_timeout_secs: u64,
+}
+
+impl SandboxSettings {
+    /// A container of `image` with these limits and network setting: the one place the
+    /// config's sandbox section becomes container settings (episodes and bench trials).
+    pub fn container_config(&self, image: impl Into<String>, run_id: &str, episode_id: &str) -> ContainerConfig {
+        let mut cfg = ContainerConfig::new(image.into(), run_id, episode_id);
+        cfg.cpus = self.cpus;
+        cfg.memory_bytes = self.memory_mb << 20;
+        cfg.pids_limit = self.pids_limit;
+        cfg.network = self.network;
+        cfg
+    }
+}
+
+impl Default for SandboxSettings {
+    fn default() -> Self {
+        Self {
+            image: agent_sandbox::BASE_IMAGE.into(),
+            cpus: 2.0,
+            memory_mb: 4096,
+            pids_limit: 1024,
+            network: true,
+            max_output_bytes: 16 * 1024,
+            command_timeout_secs: 120,
+        }
+    }
+}
+
+impl Config {
+    /// Loads `explicit` when given, else the project's `.agent/config.toml`, else the
+    /// user's; defaults when none exists.
+    pub fn load(explicit: Option<&Path>) -> Result<Config, ConfigError> {
+        let path = match explicit {
+            Some(p) => Some(p.to_path_buf()),
+            None => Self::candidates().into_iter().find(|p| p.is_file()),
+        };
+        match path {
+            Some(p) => Self::from_file(&p),
+            None => Ok(Config::default()),
+        }
+    }
+
+    fn candidates() -> Vec<PathBuf> {
+        let mut v = vec![PathBuf::from(".agent/config.toml")];
+        if let Some(dir) = dirs::config_dir() {
+            v.push(dir.join("agent/config.toml"));
+        }
+        v
+    }
+
+    /// Parses one config file.
+    pub fn from_file(path: &Path) -> Result<Config, ConfigError> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| ConfigError::Read { path: path.display().to_string(), reason: e.to_string() })?;
+        toml::from_str(&text).map_err(|e| ConfigError::Parse {
+            path: path.display().to_string(),
+            reason: e.to_string().lines().collect::<Vec<_>>().join(" "),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_a_full_file_and_rejects_unknown_keys() {
+        let cfg: Config = toml::from_str(
+            "model = 'scripted:x.yaml'\n[episode]\nmax_turns = 7\n[sandbox]\nnetwork = false\n[image_map]\n'python:*' = 'agent-base:bookworm'\n",
+        )
+        .unwrap();
+        assert_eq!(cfg.episode.max_turns, 7);
+        assert!(!cfg.sandbox.network);
+        assert_eq!(cfg.image_map.lookup("python:3"), Some("agent-base:bookworm"));
+        assert!(toml::from_str::<Config>("[episode]\nmax_turn = 7\n").is_err());
+    }
+}

@@ -1,0 +1,21 @@
+//! The episode loop and what it needs: tool execution, the system prompt, the todo
+//! list and the trajectory record.
+
+mod builder;
+mod executor;
+mod prompt;
+mod session;
+mod stuck;
+mod todo;
+mod trajectory;
+
+pub use builder::{
+    build_episode, ContainerSource, Episode, EpisodeError, EpisodeOutcome, EpisodeRequest, ImageContainer, PromptParts,
+    RunningEpisode,
+};
+pub use executor::{ToolExecutor, ToolOutcome};
+pub use prompt::{civil_date, render_system_prompt, system_prompt};
+pub use session::{spawn_session, EpisodeSummary, SessionConfig, SessionHandle};
+pub use stuck::{loop_warning, LoopDetector, LoopVerdict};
+pub use todo::{TodoItem, TodoList};
+pub use trajectory::{EpisodeEndRecord, EpisodeStart, ObservationRecord, TrajectoryWriter, TurnRecord};

@@ -1,0 +1,753 @@
+//! The episode loop: model turn → parse actions → run tools → observations → repeat,
+//! driven by [`Op`]s and reporting [`Event`]s.
+
+use std::collections::{HashSet, VecDeque};
+use std::future::Future;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver, UnboundedSender};
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+use crate::config::EpisodeLimits;
+use crate::llm::{
+    estimate_tokens, ChatMessage, ChatRequest, ChatResponse, FinishReason, ModelBackend, Role, SamplingParams,
+    ToolDefinition,
+};
+use crate::tools::{
+    no_native_call_error, parse_actions, parse_native_call, untagged_json_calls, unwrap_observation, write_call,
+    Action, ActionParseError, ToolFormat, ToolSpecs,
+};
+use agent_protocol::{ApprovalDecision, ApprovalMode, EndReason, Event, Op, TokenUsage};
+
+use super::executor::ToolExecutor;
+use super::stuck::{loop_warning, LoopDetector, LoopVerdict};
+use super::trajectory::{EpisodeEndRecord, EpisodeStart, ObservationRecord, TrajectoryWriter, TurnRecord};
+
+/// Everything a session needs besides the model and the sandbox.
+#[derive(Debug, Clone)]
+pub struct SessionConfig {
+    pub limits: EpisodeLimits,
+    pub approval: ApprovalMode,
+    pub system_prompt: String,
+    /// Headless runs end the episode when the first user turn's work ends; interactive
+    /// sessions wait for the next turn.
+    pub end_after_first_task: bool,
+    pub run_id: String,
+    pub episode_id: String,
+    pub model_name: String,
+    pub image: String,
+    pub container: String,
+    /// Where to write the JSONL trajectory.
+    pub trajectory: Option<PathBuf>,
+    /// The resolved action format: [`ToolFormat::Native`] sends the tools as JSON schemas
+    /// and answers each call with a tool message; anything else is the text format.
+    pub tool_format: ToolFormat,
+}
+
+/// How a session ended.
+#[derive(Debug, Clone, PartialEq)]
+pub struct EpisodeSummary {
+    pub reason: EndReason,
+    pub turns: u32,
+    pub usage: TokenUsage,
+    pub finish_message: Option<String>,
+}
+
+/// The front end's side of a running session.
+pub struct SessionHandle {
+    /// Send [`Op`]s here.
+    pub ops: UnboundedSender<Op>,
+    /// Receive [`Event`]s here.
+    pub events: UnboundedReceiver<Event>,
+    /// Resolves when the session ends; the executor (and its sandbox) is returned so
+    /// that the caller removes the container.
+    pub join: JoinHandle<(EpisodeSummary, ToolExecutor)>,
+}
+
+/// Starts a session on the current Tokio runtime.
+pub fn spawn_session(
+    cfg: SessionConfig,
+    model: Arc<dyn ModelBackend>,
+    specs: ToolSpecs,
+    executor: ToolExecutor,
+) -> SessionHandle {
+    let mut cfg = cfg;
+    if let Some(window) = model.context_window() {
+        // The loop estimates prompt sizes from their bytes, so a tenth of the window is
+        // kept as a margin; a reply may take at most a quarter of it.
+        cfg.limits.context_tokens = cfg.limits.context_tokens.min(window * 9 / 10);
+        cfg.limits.max_reply_tokens = cfg.limits.max_reply_tokens.min(u32::try_from(window / 4).unwrap_or(u32::MAX));
+    }
+    let (op_tx, op_rx) = unbounded_channel();
+    let (ev_tx, ev_rx) = unbounded_channel();
+    let session = Session::new(cfg, model, specs, executor, op_rx, ev_tx);
+    let join = tokio::spawn(session.run());
+    SessionHandle { ops: op_tx, events: ev_rx, join }
+}
+
+/// What stopped an in-flight model call or tool run.
+#[derive(Debug, Default)]
+struct Flags {
+    interrupted: bool,
+    shutdown: bool,
+    wall_clock: bool,
+    ops_closed: bool,
+}
+
+impl Flags {
+    fn any(&self) -> bool {
+        self.interrupted || self.shutdown || self.wall_clock
+    }
+}
+
+/// One action of a reply and, in the native format, the id of the call it answers.
+struct PlannedCall {
+    call_id: Option<String>,
+    action: Result<Action, ActionParseError>,
+}
+
+/// How the work on one user turn ended.
+enum TaskEnd {
+    Finished(String),
+    Stopped(EndReason),
+    Interrupted,
+}
+
+struct Session {
+    cfg: SessionConfig,
+    model: Arc<dyn ModelBackend>,
+    specs: ToolSpecs,
+    /// The tools offered natively (empty in the text format).
+    tools: Vec<ToolDefinition>,
+    executor: ToolExecutor,
+    ops: UnboundedReceiver<Op>,
+    events: UnboundedSender<Event>,
+    queued: VecDeque<Op>,
+    messages: Vec<ChatMessage>,
+    turns: u32,
+    usage: TokenUsage,
+    parse_failures: u32,
+    started: Instant,
+    deadline: Instant,
+    writer: TrajectoryWriter,
+    always_approved: HashSet<String>,
+    flags: Flags,
+    /// Watches for a model that repeats itself.
+    loops: LoopDetector,
+    /// What the current turn sent back to the model (observations and errors), for the
+    /// loop detector.
+    turn_results: Vec<String>,
+}
+
+impl Session {
+    fn new(
+        cfg: SessionConfig,
+        model: Arc<dyn ModelBackend>,
+        specs: ToolSpecs,
+        executor: ToolExecutor,
+        ops: UnboundedReceiver<Op>,
+        events: UnboundedSender<Event>,
+    ) -> Self {
+        let writer = match TrajectoryWriter::create(cfg.trajectory.as_deref()) {
+            Ok(w) => w,
+            Err(e) => {
+                let _ = events.send(Event::Error {
+                    message: format!("cannot write the trajectory file: {e}; continuing without it"),
+                    fatal: false,
+                });
+                TrajectoryWriter::disabled()
+            }
+        };
+        let started = Instant::now();
+        let tools = if cfg.tool_format == ToolFormat::Native { specs.definitions() } else { Vec::new() };
+        Session {
+            deadline: started + Duration::from_secs(cfg.limits.wall_clock_secs.max(1)),
+            cfg,
+            model,
+            specs,
+            tools,
+            executor,
+            ops,
+            events,
+            queued: VecDeque::new(),
+            messages: Vec::new(),
+            turns: 0,
+            usage: TokenUsage::default(),
+            parse_failures: 0,
+            started,
+            writer,
+            always_approved: HashSet::new(),
+            flags: Flags::default(),
+            loops: LoopDetector::default(),
+            turn_results: Vec::new(),
+        }
+    }
+
+    fn emit(&self, event: Event) {
+        let _ = self.events.send(event);
+    }
+
+    async fn next_op(&mut self) -> Option<Op> {
+        if let Some(op) = self.queued.pop_front() {
+            return Some(op);
+        }
+        if self.flags.ops_closed {
+            return None;
+        }
+        self.ops.recv().await
+    }
+
+    async fn run(mut self) -> (EpisodeSummary, ToolExecutor) {
+        self.writer.start(&EpisodeStart {
+            episode_id: self.cfg.episode_id.clone(),
+            run_id: self.cfg.run_id.clone(),
+            model: self.cfg.model_name.clone(),
+            image: self.cfg.image.clone(),
+            started_at_unix_ms: SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis()).unwrap_or(0),
+            system_prompt: self.cfg.system_prompt.clone(),
+        });
+        self.emit(Event::SessionConfigured {
+            run_id: self.cfg.run_id.clone(),
+            model: self.cfg.model_name.clone(),
+            image: self.cfg.image.clone(),
+            container: self.cfg.container.clone(),
+        });
+        let mut finish_message = None;
+        let reason = loop {
+            let Some(op) = self.next_op().await else { break EndReason::Shutdown };
+            match op {
+                Op::UserTurn { text } => {
+                    let end = self.run_task(text).await;
+                    match end {
+                        TaskEnd::Finished(msg) => {
+                            finish_message = Some(msg);
+                            if self.cfg.end_after_first_task {
+                                break EndReason::Finished;
+                            }
+                            // A shutdown that arrived while the last action ran.
+                            if self.flags.shutdown {
+                                break EndReason::Shutdown;
+                            }
+                        }
+                        TaskEnd::Interrupted => {
+                            self.emit(Event::Interrupted);
+                            if self.cfg.end_after_first_task {
+                                break EndReason::Interrupted;
+                            }
+                        }
+                        TaskEnd::Stopped(reason) => {
+                            if self.cfg.end_after_first_task
+                                || matches!(reason, EndReason::Shutdown | EndReason::Error | EndReason::WallClock)
+                            {
+                                break reason;
+                            }
+                            self.emit(Event::Notice { message: format!("stopped: {}", reason.describe()) });
+                        }
+                    }
+                }
+                Op::Compact => self.compact().await,
+                Op::Shutdown => break EndReason::Shutdown,
+                Op::Interrupt | Op::Approval { .. } => {}
+            }
+        };
+        let summary = EpisodeSummary { reason, turns: self.turns, usage: self.usage, finish_message };
+        self.writer.end(&EpisodeEndRecord {
+            reason,
+            turns: self.turns,
+            usage: self.usage,
+            finish_message: summary.finish_message.clone(),
+            duration_ms: self.started.elapsed().as_millis() as u64,
+        });
+        self.emit(Event::EpisodeEnd {
+            reason,
+            turns: self.turns,
+            usage: self.usage,
+            finish_message: summary.finish_message.clone(),
+        });
+        (summary, self.executor)
+    }
+
+    fn limit_reached(&self) -> Option<EndReason> {
+        let l = &self.cfg.limits;
+        if self.turns >= l.max_turns {
+            Some(EndReason::MaxTurns)
+        } else if self.usage.completion_tokens >= l.token_budget {
+            Some(EndReason::TokenBudget)
+        } else if Instant::now() >= self.deadline {
+            Some(EndReason::WallClock)
+        } else {
+            None
+        }
+    }
+
+    fn flags_end(&self) -> Option<TaskEnd> {
+        if self.flags.shutdown {
+            Some(TaskEnd::Stopped(EndReason::Shutdown))
+        } else if self.flags.wall_clock {
+            Some(TaskEnd::Stopped(EndReason::WallClock))
+        } else if self.flags.interrupted {
+            Some(TaskEnd::Interrupted)
+        } else {
+            None
+        }
+    }
+
+    async fn run_task(&mut self, text: String) -> TaskEnd {
+        self.messages.push(ChatMessage::new(Role::User, text));
+        self.parse_failures = 0;
+        self.loops = LoopDetector::default();
+        loop {
+            self.turn_results.clear();
+            if let Some(reason) = self.limit_reached() {
+                return TaskEnd::Stopped(reason);
+            }
+            if !self.fit_context() {
+                self.emit(Event::Error {
+                    message: "the conversation no longer fits the model's context window".into(),
+                    fatal: false,
+                });
+                return TaskEnd::Stopped(EndReason::TokenBudget);
+            }
+            self.turns += 1;
+            let turn = self.turns;
+            self.emit(Event::TurnStarted { turn });
+            self.flags = Flags { ops_closed: self.flags.ops_closed, ..Flags::default() };
+            let request = self.request();
+            let cancel = CancellationToken::new();
+            let model_started = Instant::now();
+            let events = self.events.clone();
+            let mut on_delta = |t: &str| {
+                let _ = events.send(Event::AssistantDelta { turn, text: t.to_string() });
+            };
+            let model = self.model.clone();
+            let call = model.chat(&request, &mut on_delta, &cancel);
+            let result = race(call, &mut self.ops, &cancel, self.deadline, &mut self.flags, &mut self.queued).await;
+            let model_ms = model_started.elapsed().as_millis() as u64;
+            let user = self.messages.last().cloned().unwrap_or_else(|| ChatMessage::new(Role::User, ""));
+            let response = match result {
+                Ok(r) => r,
+                Err(e) => {
+                    if let Some(end) = self.flags_end() {
+                        return end;
+                    }
+                    self.emit(Event::Error { message: format!("the model call failed: {e}"), fatal: true });
+                    return TaskEnd::Stopped(EndReason::Error);
+                }
+            };
+            self.usage.add(response.usage);
+            self.emit(Event::AssistantMessage { turn, text: response.text.clone() });
+            self.emit(Event::TokenUsage {
+                turn,
+                last: response.usage,
+                total: self.usage,
+                decode_tokens_per_sec: response.decode_tokens_per_sec,
+            });
+            self.messages.push(ChatMessage {
+                tool_calls: response.tool_calls.clone(),
+                ..ChatMessage::new(Role::Assistant, response.text.clone())
+            });
+            let mut record = TurnRecord {
+                turn,
+                user,
+                assistant: response.text.clone(),
+                finish_reason: format!("{:?}", response.finish_reason).to_lowercase(),
+                usage: response.usage,
+                model_ms,
+                actions: Vec::new(),
+                parse_errors: Vec::new(),
+                observations: Vec::new(),
+                loss_mask: response.completion_token_ids.as_ref().map(|ids| vec![1; ids.len()]),
+                completion_token_ids: response.completion_token_ids.clone(),
+                prompt_token_ids: response.prompt_token_ids.clone(),
+                tool_calls: response.tool_calls.clone(),
+            };
+            if response.finish_reason == FinishReason::Cancelled || self.flags.any() {
+                self.writer.turn(&record);
+                self.answer_unrun_calls(&response, "the call did not run: the reply was interrupted");
+                return self.flags_end().unwrap_or(TaskEnd::Interrupted);
+            }
+            let (planned, loose_errors) = self.plan_calls(&response, turn);
+            record.actions = planned.iter().filter_map(|p| p.action.as_ref().ok().cloned()).collect();
+            record.parse_errors = planned.iter().filter_map(|p| p.action.as_ref().err().cloned()).collect();
+            record.parse_errors.extend(loose_errors.iter().cloned());
+            for err in &record.parse_errors {
+                self.emit(Event::ParseError { turn, message: err.message.clone() });
+            }
+            if record.actions.is_empty() {
+                self.parse_failures += 1;
+                let mut observations = Vec::new();
+                for call in &planned {
+                    if let Err(e) = &call.action {
+                        self.push_observation(call.call_id.as_deref(), e.to_observation(), &mut observations);
+                    }
+                }
+                observations.extend(loose_errors.iter().map(ActionParseError::to_observation));
+                self.turn_results.extend(observations.iter().cloned());
+                let verdict = self.loops.observe(&response.text, &self.turn_results);
+                if verdict == LoopVerdict::Warn {
+                    observations.push(self.loop_warning());
+                }
+                if !observations.is_empty() {
+                    self.messages.push(ChatMessage::new(Role::User, observations.join("\n\n")));
+                }
+                self.writer.turn(&record);
+                if self.parse_failures >= self.cfg.limits.max_parse_failures {
+                    return TaskEnd::Stopped(EndReason::ParseFailures);
+                }
+                if verdict == LoopVerdict::Stop {
+                    return TaskEnd::Stopped(EndReason::Repetition);
+                }
+                continue;
+            }
+            self.parse_failures = 0;
+            let mut observations: Vec<String> = Vec::new();
+            let mut end = None;
+            let mut ran = 0;
+            let mut action_index = 0;
+            for call in &planned {
+                ran += 1;
+                let action = match &call.action {
+                    Ok(action) => action,
+                    Err(e) => {
+                        self.push_observation(call.call_id.as_deref(), e.to_observation(), &mut observations);
+                        continue;
+                    }
+                };
+                action_index += 1;
+                let event_id = format!("{turn}.{action_index}");
+                match self.run_action(&event_id, action).await {
+                    Ok((obs, finish)) => {
+                        let text = match call.call_id {
+                            Some(_) => unwrap_observation(&obs.tool, &obs.observation).to_string(),
+                            None => obs.observation.clone(),
+                        };
+                        self.push_observation(call.call_id.as_deref(), text, &mut observations);
+                        record.observations.push(obs);
+                        if let Some(msg) = finish {
+                            end = Some(TaskEnd::Finished(msg));
+                            break;
+                        }
+                        if let Some(e) = self.flags_end() {
+                            end = Some(e);
+                            break;
+                        }
+                    }
+                    Err(message) => {
+                        self.emit(Event::Error { message, fatal: true });
+                        end = Some(TaskEnd::Stopped(EndReason::Error));
+                        break;
+                    }
+                }
+            }
+            // Every native call gets an answer, also those an earlier call stopped: APIs
+            // refuse a conversation with an unanswered call.
+            for call in planned.iter().skip(ran) {
+                let note = "<parse_error>\nthe call did not run: an earlier call ended the turn\n</parse_error>";
+                self.push_observation(call.call_id.as_deref(), note.to_string(), &mut Vec::new());
+            }
+            observations.extend(loose_errors.iter().map(ActionParseError::to_observation));
+            self.turn_results.extend(observations.iter().cloned());
+            let verdict =
+                if end.is_none() { self.loops.observe(&response.text, &self.turn_results) } else { LoopVerdict::Fine };
+            if verdict == LoopVerdict::Warn {
+                observations.push(self.loop_warning());
+            }
+            if !observations.is_empty() {
+                self.messages.push(ChatMessage::new(Role::User, observations.join("\n\n")));
+            }
+            self.writer.turn(&record);
+            if let Some(end) = end {
+                return end;
+            }
+            if verdict == LoopVerdict::Stop {
+                return TaskEnd::Stopped(EndReason::Repetition);
+            }
+        }
+    }
+
+    /// The actions of a reply in order. In the native format each gets the id of the call
+    /// it answers: the backend's structured calls when it returned any, else the calls
+    /// found in the text (`<tool_call>` JSON, or tags) with ids made here. Errors that
+    /// belong to no call come second.
+    fn plan_calls(&self, response: &ChatResponse, turn: u32) -> (Vec<PlannedCall>, Vec<ActionParseError>) {
+        let native = self.cfg.tool_format == ToolFormat::Native;
+        if native && !response.tool_calls.is_empty() {
+            let planned = response
+                .tool_calls
+                .iter()
+                .map(|c| PlannedCall {
+                    call_id: Some(c.id.clone()),
+                    action: parse_native_call(&c.name, &c.arguments, &self.specs),
+                })
+                .collect();
+            return (planned, Vec::new());
+        }
+        let mut parsed = parse_actions(&response.text, &self.specs);
+        // A native reply without `<tool_call>` tags may still hold the call's JSON object.
+        let no_call_here = parsed.actions.is_empty()
+            && parsed.errors.iter().all(|e| e.tool.is_none())
+            && !response.text.contains("<tool_call>");
+        if native && no_call_here {
+            let untagged = untagged_json_calls(&response.text, &self.specs);
+            if !untagged.is_empty() {
+                let planned = untagged
+                    .into_iter()
+                    .enumerate()
+                    .map(|(i, action)| PlannedCall { call_id: Some(format!("call_{turn}_{}", i + 1)), action })
+                    .collect();
+                return (planned, Vec::new());
+            }
+        }
+        let planned: Vec<PlannedCall> = parsed
+            .actions
+            .into_iter()
+            .enumerate()
+            .map(|(i, action)| PlannedCall {
+                call_id: native.then(|| format!("call_{turn}_{}", i + 1)),
+                action: Ok(action),
+            })
+            .collect();
+        let mut errors = std::mem::take(&mut parsed.errors);
+        // A native reply with no call at all gets the native format's own explanation,
+        // not the text format's (which would teach the model the wrong syntax).
+        if native && no_call_here {
+            errors = vec![no_native_call_error(&self.specs)];
+        }
+        (planned, errors)
+    }
+
+    /// Adds a call's result: a tool message in the native format, else one part of the
+    /// next user message.
+    fn push_observation(&mut self, call_id: Option<&str>, text: String, text_observations: &mut Vec<String>) {
+        match call_id {
+            Some(id) => {
+                self.turn_results.push(text.clone());
+                self.messages.push(ChatMessage::tool_result(id, text));
+            }
+            None => text_observations.push(text),
+        }
+    }
+
+    /// The loop warning, with the finish call written in this episode's format. The
+    /// example's message describes itself: small models copy an example's words.
+    fn loop_warning(&self) -> String {
+        let example = self.specs.get("finish").map(|_| {
+            let args = serde_json::json!({"message": "one line: what was done and how it was checked"});
+            write_call("finish", &args, self.cfg.tool_format)
+        });
+        loop_warning(example.as_deref())
+    }
+
+    /// Answers the structured calls of a reply that will not run (the reply was cut off),
+    /// so the conversation stays valid for APIs that require an answer to every call.
+    fn answer_unrun_calls(&mut self, response: &ChatResponse, why: &str) {
+        if self.cfg.tool_format != ToolFormat::Native {
+            return;
+        }
+        for call in &response.tool_calls {
+            self.messages.push(ChatMessage::tool_result(call.id.clone(), why));
+        }
+    }
+
+    /// Runs one action (asking for approval when the mode requires it).
+    async fn run_action(
+        &mut self,
+        call_id: &str,
+        action: &Action,
+    ) -> Result<(ObservationRecord, Option<String>), String> {
+        let args = serde_json::Value::Object(action.args.clone());
+        self.emit(Event::ToolCallBegin { call_id: call_id.into(), tool: action.tool.clone(), args: args.clone() });
+        let started = Instant::now();
+        let mut record = ObservationRecord {
+            call_id: call_id.into(),
+            tool: action.tool.clone(),
+            args: action.args.clone(),
+            observation: String::new(),
+            exit_code: None,
+            timed_out: false,
+            duration_ms: 0,
+        };
+        if self.needs_approval(action) {
+            self.emit(Event::ApprovalRequest { call_id: call_id.into(), tool: action.tool.clone(), args });
+            match self.wait_approval(call_id).await {
+                Some(ApprovalDecision::Approve) => {}
+                Some(ApprovalDecision::ApproveAlways) => {
+                    self.always_approved.insert(action.tool.clone());
+                }
+                Some(ApprovalDecision::Deny) | None => {
+                    record.observation = format!(
+                        "<{0}_output>\nthe user denied this action; it did not run. Ask or try another approach.\n</{0}_output>",
+                        action.tool
+                    );
+                    self.end_call(&record, started);
+                    return Ok((record, None));
+                }
+            }
+        }
+        let cancel = CancellationToken::new();
+        let events = self.events.clone();
+        let id = call_id.to_string();
+        let mut on_output = move |chunk: &str| {
+            if !chunk.is_empty() {
+                let _ = events.send(Event::ToolCallOutput { call_id: id.clone(), chunk: chunk.to_string() });
+            }
+        };
+        let run = self.executor.execute(action, &cancel, &mut on_output);
+        let outcome = race(run, &mut self.ops, &cancel, self.deadline, &mut self.flags, &mut self.queued).await;
+        let outcome = outcome.map_err(|e| format!("the sandbox failed: {e}"))?;
+        record.observation = outcome.observation;
+        record.exit_code = outcome.exit_code;
+        record.timed_out = outcome.timed_out;
+        self.end_call(&record, started);
+        Ok((record, outcome.finish))
+    }
+
+    fn end_call(&self, record: &ObservationRecord, started: Instant) {
+        self.emit(Event::ToolCallEnd {
+            call_id: record.call_id.clone(),
+            tool: record.tool.clone(),
+            exit_code: record.exit_code,
+            observation: record.observation.clone(),
+            duration_ms: started.elapsed().as_millis() as u64,
+            timed_out: record.timed_out,
+        });
+    }
+
+    fn needs_approval(&self, action: &Action) -> bool {
+        if self.always_approved.contains(&action.tool) {
+            return false;
+        }
+        let writes_files = action.tool == "file"
+            && matches!(action.args.get("action").and_then(|v| v.as_str()), Some("write" | "edit" | "multi_edit"));
+        match self.cfg.approval {
+            ApprovalMode::Auto => false,
+            ApprovalMode::AutoEdit => action.tool == "bash",
+            ApprovalMode::Ask => action.tool == "bash" || writes_files,
+        }
+    }
+
+    async fn wait_approval(&mut self, call_id: &str) -> Option<ApprovalDecision> {
+        loop {
+            let op = if self.flags.ops_closed { None } else { self.ops.recv().await };
+            match op {
+                Some(Op::Approval { call_id: id, decision }) if id == call_id => return Some(decision),
+                Some(Op::Interrupt) => {
+                    self.flags.interrupted = true;
+                    return None;
+                }
+                Some(Op::Shutdown) | None => {
+                    self.flags.shutdown = true;
+                    self.flags.ops_closed |= op.is_none();
+                    return None;
+                }
+                Some(other) => self.queued.push_back(other),
+            }
+        }
+    }
+
+    fn request(&self) -> ChatRequest {
+        let mut messages = Vec::with_capacity(self.messages.len() + 1);
+        messages.push(ChatMessage::new(Role::System, self.cfg.system_prompt.clone()));
+        messages.extend(self.messages.iter().cloned());
+        ChatRequest {
+            messages,
+            sampling: SamplingParams {
+                max_tokens: Some(self.cfg.limits.max_reply_tokens),
+                temperature: self.cfg.limits.temperature,
+                ..Default::default()
+            },
+            tools: self.tools.clone(),
+        }
+    }
+
+    /// Elides the oldest observations until the prompt fits the context window.
+    fn fit_context(&mut self) -> bool {
+        let budget = self.cfg.limits.context_tokens.saturating_sub(u64::from(self.cfg.limits.max_reply_tokens));
+        let size = |msgs: &[ChatMessage], system: &str| -> u64 {
+            estimate_tokens(system) + msgs.iter().map(|m| estimate_tokens(&m.content) + 4).sum::<u64>()
+        };
+        const ELIDED: &str = "[observation elided to fit the context window]";
+        let mut i = 1;
+        while size(&self.messages, &self.cfg.system_prompt) > budget {
+            // Never elide the first user message (the task) or the latest observation.
+            while i + 1 < self.messages.len()
+                && (!matches!(self.messages[i].role, Role::User | Role::Tool) || self.messages[i].content == ELIDED)
+            {
+                i += 1;
+            }
+            if i + 1 >= self.messages.len() {
+                return false;
+            }
+            self.messages[i].content = ELIDED.into();
+        }
+        true
+    }
+
+    async fn compact(&mut self) {
+        if self.messages.is_empty() {
+            return;
+        }
+        let mut request = self.request();
+        request.messages.push(ChatMessage::new(
+            Role::User,
+            "Summarise the work so far for yourself: the task, what was done, what was learned, and what remains. Reply with the summary only, no actions.",
+        ));
+        let cancel = CancellationToken::new();
+        let model = self.model.clone();
+        let mut ignore = |_: &str| {};
+        let call = model.chat(&request, &mut ignore, &cancel);
+        match race(call, &mut self.ops, &cancel, self.deadline, &mut self.flags, &mut self.queued).await {
+            Ok(resp) if resp.finish_reason != FinishReason::Cancelled => {
+                self.usage.add(resp.usage);
+                self.messages = vec![ChatMessage::new(
+                    Role::User,
+                    format!("Summary of the conversation so far (older messages were compacted):\n{}", resp.text),
+                )];
+                self.emit(Event::Notice { message: "history compacted".into() });
+            }
+            Ok(_) => {}
+            Err(e) => self.emit(Event::Error { message: format!("compacting failed: {e}"), fatal: false }),
+        }
+    }
+}
+
+/// Drives `fut` while watching for interrupts, shutdown and the wall clock; each of
+/// them cancels `cancel`, and the future is still awaited so it can clean up.
+async fn race<T>(
+    fut: impl Future<Output = T>,
+    ops: &mut UnboundedReceiver<Op>,
+    cancel: &CancellationToken,
+    deadline: Instant,
+    flags: &mut Flags,
+    queued: &mut VecDeque<Op>,
+) -> T {
+    tokio::pin!(fut);
+    loop {
+        tokio::select! {
+            out = &mut fut => return out,
+            op = ops.recv(), if !flags.ops_closed => match op {
+                Some(Op::Interrupt) => {
+                    flags.interrupted = true;
+                    cancel.cancel();
+                }
+                Some(Op::Shutdown) => {
+                    flags.shutdown = true;
+                    cancel.cancel();
+                }
+                None => {
+                    flags.ops_closed = true;
+                    flags.shutdown = true;
+                    cancel.cancel();
+                }
+                Some(other) => queued.push_back(other),
+            },
+            _ = tokio::time::sleep_until(deadline.into()), if !flags.wall_clock => {
+                flags.wall_clock = true;
+                cancel.cancel();
+            }
+        }
+    }
+}

@@ -1,0 +1,104 @@
+//! Model backends behind one trait ([`ModelBackend`]): an OpenAI-compatible HTTP client,
+//! Anthropic's Messages API and a scripted replayer, and how a model spec becomes a backend
+//! ([`ModelSpec`], [`LocalLoader`]). In-process engines live in `agent-local`.
+
+mod anthropic;
+mod chat_template;
+mod local_options;
+mod openai;
+mod resolve;
+mod scripted;
+mod spec;
+mod sse;
+mod stats;
+
+pub use agent_protocol::chat::{
+    ChatMessage, ChatRequest, ChatResponse, FinishReason, Role, SamplingParams, ToolCall, ToolDefinition,
+};
+pub use anthropic::{AnthropicBackend, AnthropicConfig};
+pub use chat_template::ChatTemplate;
+pub use local_options::{LocalEngine, LocalModelOptions};
+pub use openai::{OpenAiBackend, OpenAiConfig};
+pub use resolve::{resolve_model, LocalLoader, ResolveOptions};
+pub use scripted::ScriptedBackend;
+pub use spec::ModelSpec;
+pub use stats::CallStats;
+
+use async_trait::async_trait;
+use tokio_util::sync::CancellationToken;
+
+/// Sampling a model uses where a request sets none (a built-in model's recommended
+/// settings); unset fields fall back to the engine's own defaults.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct SamplingDefaults {
+    pub temperature: Option<f32>,
+    pub top_p: Option<f32>,
+    pub top_k: Option<u32>,
+    /// Multiplicative penalty on recently generated tokens (llama.cpp's `repeat_penalty`).
+    pub repeat_penalty: Option<f32>,
+}
+
+/// Errors of model backends, written for the user.
+#[derive(Debug, thiserror::Error)]
+pub enum LlmError {
+    #[error("unknown model spec `{spec}`: {hint}")]
+    UnknownSpec { spec: String, hint: String },
+    #[error("cannot read the scripted model file {path}: {reason}")]
+    ScriptFile { path: String, reason: String },
+    #[error("the scripted model ran out of replies after {used} calls ({path})")]
+    ScriptExhausted { path: String, used: usize },
+    #[error("cannot reach the model endpoint {url}: {reason}")]
+    Unreachable { url: String, reason: String },
+    #[error("the model endpoint {url} answered HTTP {status}: {body}")]
+    Http { url: String, status: u16, body: String },
+    #[error("the model endpoint {url} sent a response that is not valid: {reason}")]
+    BadResponse { url: String, reason: String },
+    #[error("the model endpoint {url} did not answer within {secs} s")]
+    Timeout { url: String, secs: u64 },
+    #[error("the API key variable {var} is not set (named by `api_key_env` in the config)")]
+    MissingApiKey { var: String },
+    #[error("generation was cancelled")]
+    Cancelled,
+    #[error("{0}")]
+    Other(String),
+}
+
+/// A streaming chat model.
+#[async_trait]
+pub trait ModelBackend: Send + Sync {
+    /// A short name for status lines and logs.
+    fn name(&self) -> String;
+
+    /// Generates one reply. `on_delta` receives streamed text pieces in order; a
+    /// cancelled token stops generation promptly and returns what was generated with
+    /// [`FinishReason::Cancelled`].
+    async fn chat(
+        &self,
+        request: &ChatRequest,
+        on_delta: &mut (dyn for<'s> FnMut(&'s str) + Send),
+        cancel: &CancellationToken,
+    ) -> Result<ChatResponse, LlmError>;
+
+    /// Cache and timing figures of the last finished call, for backends that can see
+    /// inside the engine.
+    fn last_call_stats(&self) -> Option<CallStats> {
+        None
+    }
+
+    /// The context window in tokens, when the backend knows it; the loop keeps its
+    /// prompts inside it.
+    fn context_window(&self) -> Option<u64> {
+        None
+    }
+
+    /// Whether the model takes tools natively (JSON schemas in the request, calls in the
+    /// model's own format); `--tool-format auto` picks the native format when it does.
+    fn native_tools(&self) -> bool {
+        false
+    }
+}
+
+/// A rough token estimate (4 bytes per token) for backends that report no usage.
+pub fn estimate_tokens(text: &str) -> u64 {
+    (text.len() as u64).div_ceil(4)
+}

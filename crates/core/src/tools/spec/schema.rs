@@ -1,0 +1,61 @@
+//! JSON Schemas of tool arguments, for backends with native tool calling.
+
+use super::{ArgSpec, ArgType};
+
+pub(super) fn object_schema(args: &[ArgSpec]) -> serde_json::Value {
+    serde_json::Value::Object(object_map(args))
+}
+
+fn object_map(args: &[ArgSpec]) -> serde_json::Map<String, serde_json::Value> {
+    let mut properties = serde_json::Map::new();
+    let mut required = Vec::new();
+    for arg in args {
+        properties.insert(arg.name.clone(), arg_schema(arg));
+        if arg.required {
+            required.push(serde_json::Value::String(arg.name.clone()));
+        }
+    }
+    let mut obj = serde_json::Map::new();
+    obj.insert("type".into(), "object".into());
+    obj.insert("properties".into(), properties.into());
+    obj.insert("required".into(), required.into());
+    obj
+}
+
+fn arg_schema(arg: &ArgSpec) -> serde_json::Value {
+    let json_type = |ty: ArgType| match ty {
+        ArgType::String => "string",
+        ArgType::Integer => "integer",
+        ArgType::Number => "number",
+        ArgType::Boolean => "boolean",
+        ArgType::List => "array",
+        ArgType::Object => "object",
+    };
+    let mut description = arg.description.trim().to_string();
+    if !arg.required_for.is_empty() {
+        description.push_str(&format!(" Required for: {}.", arg.required_for.join(", ")));
+    }
+    let mut obj = if arg.fields.is_empty() || arg.ty == ArgType::List {
+        let mut typed = serde_json::Map::new();
+        typed.insert("type".into(), json_type(arg.ty).into());
+        typed
+    } else {
+        object_map(&arg.fields)
+    };
+    obj.insert("description".into(), description.into());
+    if !arg.enum_values.is_empty() {
+        obj.insert("enum".into(), arg.enum_values.clone().into());
+    }
+    if let Some(default) = &arg.default {
+        obj.insert("default".into(), default.clone());
+    }
+    if let Some(item) = arg.items {
+        let items = if arg.fields.is_empty() {
+            serde_json::json!({"type": json_type(item)})
+        } else {
+            object_schema(&arg.fields)
+        };
+        obj.insert("items".into(), items);
+    }
+    serde_json::Value::Object(obj)
+}

@@ -1,0 +1,17 @@
+//! Models that run in this process: llama.cpp for GGUF files on the CPU, mistral.rs for
+//! safetensors folders and GPUs, behind `agent_core::llm::ModelBackend`; the loader that
+//! turns local model specs into them ([`Engines`], passed to core as its
+//! `LocalLoader`); the speed benchmark of a model ([`perf`]); and a tiny random Qwen3
+//! for tests ([`tiny_qwen3`]).
+
+mod llamacpp;
+mod loader;
+pub mod lora_merge;
+mod mistralrs;
+pub mod perf;
+mod rng;
+pub mod tiny_qwen3;
+
+pub use llamacpp::{LlamaCppBackend, LlamaCppOptions};
+pub use loader::{default_target, resolve_options, Engines};
+pub use mistralrs::{LocalBackend, TokenCompletion};

@@ -1,0 +1,207 @@
+//! Training throughput: forward + backward (+ AdamW) tokens per second of a random
+//! Qwen3-shaped model with LoRA, on shapes that the PyTorch + PEFT reference script
+//! (`scripts/train-reference.sh`) measures too.
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::time::Instant;
+
+use candle_core::{DType, Device, Tensor};
+use serde::Serialize;
+
+use super::error::{TensorContext, TrainError};
+use super::model::{LoraSettings, Qwen3, Qwen3Config, TrainMode, LORA_TARGETS};
+use super::optim::{AdamW, AdamWSettings};
+use super::parallel::SingleRank;
+use super::update::{backward, sft_step, Sample, UpdateSettings};
+
+/// A benchmark shape.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum PerfShape {
+    /// hidden 64, 2 layers, 4 heads, 2 KV heads, intermediate 128, vocab 1024; LoRA r=8.
+    Tiny,
+    /// hidden 768, 12 layers, 12 heads, 4 KV heads, intermediate 2048, vocab 32768 (100.7M); LoRA r=16.
+    #[value(name = "100m")]
+    #[serde(rename = "100m")]
+    M100,
+}
+
+impl PerfShape {
+    fn config(self) -> (Qwen3Config, usize) {
+        let (h, l, nh, nkv, hd, i, v, r) = match self {
+            PerfShape::Tiny => (64, 2, 4, 2, 16, 128, 1024, 8),
+            PerfShape::M100 => (768, 12, 12, 4, 64, 2048, 32768, 16),
+        };
+        let cfg = Qwen3Config {
+            vocab_size: v,
+            hidden_size: h,
+            intermediate_size: i,
+            num_hidden_layers: l,
+            num_attention_heads: nh,
+            num_key_value_heads: nkv,
+            head_dim: Some(hd),
+            rms_norm_eps: 1e-6,
+            rope_theta: 1_000_000.0,
+            tie_word_embeddings: true,
+            max_position_embeddings: 4096,
+            eos_token_id: None,
+        };
+        (cfg, r)
+    }
+}
+
+/// What is timed per step.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum PerfMode {
+    /// Forward, backward and the AdamW update.
+    Step,
+    /// Forward and backward only.
+    Fwdbwd,
+    /// The forward pass and the log-probabilities only (what scoring rollouts costs).
+    Forward,
+}
+
+/// Results of a throughput run.
+#[derive(Debug, Clone, Serialize)]
+pub struct SpeedReport {
+    pub engine: &'static str,
+    pub shape: PerfShape,
+    pub mode: PerfMode,
+    pub params: u64,
+    pub trainable_params: u64,
+    pub batch: usize,
+    pub seq: usize,
+    pub threads: usize,
+    pub step_secs: Vec<f64>,
+    pub median_step_secs: f64,
+    pub tokens_per_sec: f64,
+}
+
+/// Times `steps` training steps (after `warmup` untimed ones) on random tokens.
+pub fn measure(
+    shape: PerfShape,
+    mode: PerfMode,
+    batch: usize,
+    seq: usize,
+    steps: usize,
+    warmup: usize,
+) -> Result<SpeedReport, TrainError> {
+    use rand::{Rng, SeedableRng};
+    let device = Device::Cpu;
+    let (cfg, rank) = shape.config();
+    let mut rng = rand::rngs::StdRng::seed_from_u64(0);
+    let mut tensors = HashMap::new();
+    let mut put = |name: String, dims: &[usize], rng: &mut rand::rngs::StdRng, norm: bool| -> Result<(), TrainError> {
+        let n: usize = dims.iter().product();
+        let v: Vec<f32> = if norm { vec![1.0; n] } else { (0..n).map(|_| rng.gen_range(-0.02f32..0.02)).collect() };
+        tensors.insert(name, Tensor::from_vec(v, dims, &device).ctx("random weights")?);
+        Ok(())
+    };
+    let (h, hd, i) = (cfg.hidden_size, cfg.head_dim(), cfg.intermediate_size);
+    let (q, kv) = (cfg.num_attention_heads * hd, cfg.num_key_value_heads * hd);
+    put("model.embed_tokens.weight".into(), &[cfg.vocab_size, h], &mut rng, false)?;
+    for l in 0..cfg.num_hidden_layers {
+        let p = format!("model.layers.{l}");
+        put(format!("{p}.input_layernorm.weight"), &[h], &mut rng, true)?;
+        put(format!("{p}.post_attention_layernorm.weight"), &[h], &mut rng, true)?;
+        put(format!("{p}.self_attn.q_norm.weight"), &[hd], &mut rng, true)?;
+        put(format!("{p}.self_attn.k_norm.weight"), &[hd], &mut rng, true)?;
+        put(format!("{p}.self_attn.q_proj.weight"), &[q, h], &mut rng, false)?;
+        put(format!("{p}.self_attn.k_proj.weight"), &[kv, h], &mut rng, false)?;
+        put(format!("{p}.self_attn.v_proj.weight"), &[kv, h], &mut rng, false)?;
+        put(format!("{p}.self_attn.o_proj.weight"), &[h, q], &mut rng, false)?;
+        put(format!("{p}.mlp.gate_proj.weight"), &[i, h], &mut rng, false)?;
+        put(format!("{p}.mlp.up_proj.weight"), &[i, h], &mut rng, false)?;
+        put(format!("{p}.mlp.down_proj.weight"), &[h, i], &mut rng, false)?;
+    }
+    put("model.norm.weight".into(), &[h], &mut rng, true)?;
+    let params: u64 = tensors.values().map(|t| t.elem_count() as u64).sum();
+    let lora = LoraSettings {
+        rank,
+        alpha: 2.0 * rank as f64,
+        dropout: 0.0,
+        targets: LORA_TARGETS.iter().map(|s| s.to_string()).collect(),
+    };
+    let vocab = cfg.vocab_size;
+    let model = Qwen3::from_tensors(cfg, tensors, &TrainMode::Lora(lora), DType::F32, &device, 0, Path::new("random"))?;
+    let trainable: u64 = model.trainable().iter().map(|(_, v)| v.as_tensor().elem_count() as u64).sum();
+    let adam = AdamWSettings { lr: 1e-4, beta1: 0.9, beta2: 0.999, eps: 1e-8, weight_decay: 0.0 };
+    let mut opt = AdamW::new(model.trainable(), adam)?;
+    let samples: Vec<Sample> = (0..batch)
+        .map(|_| Sample {
+            tokens: (0..seq).map(|_| rng.gen_range(0..vocab as u32)).collect(),
+            mask: vec![1; seq],
+            advantage: 0.0,
+            sampler_logp: None,
+        })
+        .collect();
+    let refs: Vec<&Sample> = samples.iter().collect();
+    let settings = UpdateSettings {
+        ppo: super::grpo::PpoSettings { clip_low: 0.2, clip_high: 0.28, clip_dual: 3.0, kl_coef: 0.0 },
+        epochs: 1,
+        minibatches: 1,
+        micro_batch: batch,
+        grad_clip: 0.0,
+        recompute: false,
+        chunk: super::model::DEFAULT_CHUNK,
+        importance_cap: 2.0,
+        pad: 0,
+    };
+    let mut times = Vec::new();
+    for k in 0..warmup + steps {
+        let t = Instant::now();
+        match mode {
+            PerfMode::Step => {
+                sft_step(&model, &mut opt, &refs, &settings, &SingleRank, k as u64)?;
+            }
+            PerfMode::Forward => {
+                super::update::sample_logprobs(
+                    &model,
+                    &refs,
+                    super::model::ForwardMode::default(),
+                    batch,
+                    0,
+                    settings.chunk,
+                )?;
+            }
+            PerfMode::Fwdbwd => {
+                let seqs: Vec<(&[u32], &[u8])> =
+                    samples.iter().map(|s| (s.tokens.as_slice(), s.mask.as_slice())).collect();
+                let b = super::model::TokenBatch::new(&seqs, 0, &device).ctx("building a batch")?;
+                let n = b.len() as f64;
+                let head = |hidden: &Tensor| -> candle_core::Result<Tensor> {
+                    let (logp, _) = super::model::token_logprobs(&model, hidden, &b, settings.chunk)?;
+                    logp.sum_all()?.neg()? / n
+                };
+                backward(
+                    &model,
+                    &b.ids,
+                    super::model::ForwardMode { train: true, ..Default::default() },
+                    false,
+                    &head,
+                )?;
+            }
+        }
+        if k >= warmup {
+            times.push(t.elapsed().as_secs_f64());
+        }
+    }
+    let mut sorted = times.clone();
+    sorted.sort_by(f64::total_cmp);
+    let median = sorted.get(sorted.len() / 2).copied().unwrap_or(f64::NAN);
+    Ok(SpeedReport {
+        engine: "candle",
+        shape,
+        mode,
+        params,
+        trainable_params: trainable,
+        batch,
+        seq,
+        threads: candle_core::utils::get_num_threads(),
+        step_secs: times,
+        median_step_secs: median,
+        tokens_per_sec: (batch * seq) as f64 / median,
+    })
+}

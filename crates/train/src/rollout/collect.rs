@@ -1,0 +1,174 @@
+//! Running rollouts: each one is a bench trial (its own container, the agent loop, the
+//! task's tests) whose model is a [`PolicyBackend`] recording the tokens.
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use futures_util::StreamExt;
+use serde::{Deserialize, Serialize};
+use tokenizers::Tokenizer;
+
+use super::engine::RolloutSampler;
+use super::policy::{PolicyBackend, PolicySampling, Recording};
+use agent_bench::judge::{mix_reward, Judge, JudgedEpisode, RewardWeights};
+use agent_bench::{run_trial_with, FailureMode, ModelSource, TaskEntry, TrialContext, TrialRecord};
+use agent_protocol::EndReason;
+
+/// How a rollout ended, for the truncation policy and the metrics.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RolloutStatus {
+    /// The agent finished (or stopped on its own) and the tests ran.
+    Complete,
+    /// A reply hit the token limit, or the turn or token budget ran out.
+    Truncated,
+    /// The agent ran past the task's time limit.
+    TimedOut,
+    /// The environment or the harness failed; the reward says nothing about the policy.
+    Crashed,
+}
+
+/// One finished rollout.
+#[derive(Debug, Clone)]
+pub struct Rollout {
+    /// Index of the task in the task list.
+    pub task: usize,
+    /// Index within the task's group.
+    pub member: usize,
+    /// Weighted fraction of the task's tests that passed.
+    pub tests_score: f64,
+    /// The judge's score, when a judge is configured and answered.
+    pub judge_score: Option<f64>,
+    /// The reward before the truncation policy.
+    pub reward: f64,
+    /// Every test passed.
+    pub resolved: bool,
+    pub status: RolloutStatus,
+    /// Why it ended, in words.
+    pub reason: String,
+    /// The tokens.
+    pub recording: Recording,
+}
+
+/// What one rollout is: which task, which group member, which seed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RolloutPlan {
+    pub task: usize,
+    pub member: usize,
+    pub seed: u64,
+}
+
+/// Everything rollouts share.
+pub struct RolloutRunner {
+    pub ctx: Arc<TrialContext>,
+    pub tasks: Vec<Arc<TaskEntry>>,
+    pub sampler: Arc<dyn RolloutSampler>,
+    pub tokenizer: Arc<Tokenizer>,
+    pub stop: Vec<u32>,
+    pub sampling: PolicySampling,
+    pub judge: Option<(Arc<Judge>, RewardWeights)>,
+    pub concurrency: usize,
+    sessions: AtomicU64,
+}
+
+impl RolloutRunner {
+    /// A runner over `tasks`.
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        ctx: Arc<TrialContext>,
+        tasks: Vec<Arc<TaskEntry>>,
+        sampler: Arc<dyn RolloutSampler>,
+        tokenizer: Arc<Tokenizer>,
+        stop: Vec<u32>,
+        sampling: PolicySampling,
+        judge: Option<(Arc<Judge>, RewardWeights)>,
+        concurrency: usize,
+    ) -> Self {
+        RolloutRunner {
+            ctx,
+            tasks,
+            sampler,
+            tokenizer,
+            stop,
+            sampling,
+            judge,
+            concurrency: concurrency.max(1),
+            sessions: AtomicU64::new(1),
+        }
+    }
+
+    /// Runs the planned rollouts (up to `concurrency` at once) with trial logs under
+    /// `dir`; results come back in plan order whatever order they finish in.
+    pub async fn run(&self, plans: &[RolloutPlan], dir: &Path, on_done: &(dyn Fn(&Rollout) + Sync)) -> Vec<Rollout> {
+        let mut results: Vec<Option<Rollout>> = vec![None; plans.len()];
+        let mut stream = futures_util::stream::iter(plans.iter().enumerate().map(|(i, plan)| async move {
+            let rollout = self.one(*plan, dir.join(format!("{}-{}", self.tasks[plan.task].name, plan.member))).await;
+            (i, rollout)
+        }))
+        .buffer_unordered(self.concurrency);
+        while let Some((i, rollout)) = stream.next().await {
+            on_done(&rollout);
+            results[i] = Some(rollout);
+        }
+        results.into_iter().flatten().collect()
+    }
+
+    async fn one(&self, plan: RolloutPlan, dir: PathBuf) -> Rollout {
+        let session = self.sessions.fetch_add(1, Ordering::Relaxed);
+        let backend = Arc::new(PolicyBackend::new(
+            self.sampler.clone(),
+            self.tokenizer.clone(),
+            self.stop.clone(),
+            session,
+            plan.seed,
+            self.sampling,
+        ));
+        let source = ModelSource::Shared(backend.clone());
+        let entry = &self.tasks[plan.task];
+        let rec = run_trial_with(&self.ctx, Some(&source), entry, session as u32, dir.clone()).await;
+        let recording = backend.recording();
+        let (status, reason) = classify(&rec, &recording);
+        let judge_score = match (&self.judge, status) {
+            (Some((judge, _)), RolloutStatus::Complete | RolloutStatus::Truncated | RolloutStatus::TimedOut) => {
+                match JudgedEpisode::from_trajectory_file(&dir.join("trajectory.jsonl")) {
+                    Ok(ep) => judge.judge(&ep, plan.seed).await.ok().map(|v| v.score),
+                    Err(_) => None,
+                }
+            }
+            _ => None,
+        };
+        let weights = self.judge.as_ref().map(|(_, w)| *w).unwrap_or(RewardWeights { tests: 1.0, judge: 0.0 });
+        Rollout {
+            task: plan.task,
+            member: plan.member,
+            tests_score: rec.score,
+            judge_score,
+            reward: mix_reward(rec.score, judge_score, weights),
+            resolved: rec.resolved,
+            status,
+            reason,
+            recording,
+        }
+    }
+}
+
+/// Sorts a trial into the rollout statuses (see the README's truncation policy).
+fn classify(rec: &TrialRecord, recording: &Recording) -> (RolloutStatus, String) {
+    let ended = rec.agent_ended.clone();
+    match rec.failure_mode {
+        FailureMode::EnvBuildFailed | FailureMode::TestTimeout | FailureMode::ParseError => {
+            return (RolloutStatus::Crashed, rec.reason.clone())
+        }
+        FailureMode::AgentTimeout => return (RolloutStatus::TimedOut, rec.reason.clone()),
+        FailureMode::AgentError if recording.segments.is_empty() => {
+            return (RolloutStatus::Crashed, rec.reason.clone())
+        }
+        _ => {}
+    }
+    let budget = [EndReason::MaxTurns, EndReason::TokenBudget].iter().any(|r| r.describe() == ended);
+    if recording.truncated || budget {
+        return (RolloutStatus::Truncated, ended);
+    }
+    (RolloutStatus::Complete, ended)
+}

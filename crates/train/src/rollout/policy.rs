@@ -1,0 +1,233 @@
+//! The policy as a [`ModelBackend`]: the agent loop talks to it like to any model,
+//! while it records the exact token ids it was prompted with and sampled
+//! (token-in/token-out). Each turn's new text is tokenised on its own and appended, so
+//! the transcript is never re-tokenised.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use async_trait::async_trait;
+use tokenizers::Tokenizer;
+use tokio::sync::oneshot;
+use tokio_util::sync::CancellationToken;
+
+use super::chat::{render_prompt, IM_END};
+use super::engine::RolloutSampler;
+use super::sampler::GenerateRequest;
+use agent_core::llm::{ChatRequest, ChatResponse, FinishReason, LlmError, ModelBackend};
+use agent_protocol::TokenUsage;
+
+/// A run of tokens that forms one training sequence.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Segment {
+    pub tokens: Vec<u32>,
+    /// 1 for sampled tokens, 0 for prompt and tool output.
+    pub mask: Vec<u8>,
+    /// The sampler's log-probability of each sampled token, in order.
+    pub sampler_logp: Vec<f32>,
+}
+
+impl Segment {
+    /// The sampler's log-probs of the tokens the update scores: the model tokens but a
+    /// first one (nothing predicts it); `None` when they were not all recorded.
+    pub fn scored_sampler_logp(&self) -> Option<Vec<f32>> {
+        let positions: Vec<usize> = self.mask.iter().enumerate().filter(|(_, m)| **m != 0).map(|(i, _)| i).collect();
+        if positions.len() != self.sampler_logp.len() {
+            return None;
+        }
+        Some(positions.iter().zip(&self.sampler_logp).filter(|(i, _)| **i != 0).map(|(_, lp)| *lp).collect())
+    }
+}
+
+/// What a rollout's model calls produced.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Recording {
+    /// Usually one; a new one starts when a prompt does not extend the previous text.
+    pub segments: Vec<Segment>,
+    /// Whether some reply hit the length limit before its end token.
+    pub truncated: bool,
+    /// The rendered text the last segment's tokens stand for.
+    text: String,
+}
+
+/// Sampling settings of a policy backend.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct PolicySampling {
+    pub temperature: f64,
+    pub top_p: f64,
+    pub max_new_tokens: usize,
+    /// Prompt + reply tokens allowed (the model's context).
+    pub context: usize,
+}
+
+/// One rollout's connection to the sampler.
+pub struct PolicyBackend {
+    sampler: Arc<dyn RolloutSampler>,
+    tokenizer: Arc<Tokenizer>,
+    stop: Vec<u32>,
+    session: u64,
+    seed: u64,
+    calls: AtomicU64,
+    sampling: PolicySampling,
+    record: Mutex<Recording>,
+}
+
+impl PolicyBackend {
+    /// A backend for one rollout; `seed` fixes its samples.
+    pub fn new(
+        sampler: Arc<dyn RolloutSampler>,
+        tokenizer: Arc<Tokenizer>,
+        stop: Vec<u32>,
+        session: u64,
+        seed: u64,
+        sampling: PolicySampling,
+    ) -> Self {
+        PolicyBackend {
+            sampler,
+            tokenizer,
+            stop,
+            session,
+            seed,
+            calls: AtomicU64::new(0),
+            sampling,
+            record: Mutex::new(Recording::default()),
+        }
+    }
+
+    /// What was recorded so far.
+    pub fn recording(&self) -> Recording {
+        self.record.lock().map(|r| r.clone()).unwrap_or_default()
+    }
+
+    fn encode(&self, text: &str) -> Result<Vec<u32>, LlmError> {
+        self.tokenizer
+            .encode(text, false)
+            .map(|e| e.get_ids().to_vec())
+            .map_err(|e| LlmError::Other(format!("the policy's tokenizer failed: {e}")))
+    }
+}
+
+impl Drop for PolicyBackend {
+    fn drop(&mut self) {
+        self.sampler.close(self.session);
+    }
+}
+
+#[async_trait]
+impl ModelBackend for PolicyBackend {
+    fn name(&self) -> String {
+        "policy".to_string()
+    }
+
+    fn context_window(&self) -> Option<u64> {
+        Some(self.sampling.context as u64)
+    }
+
+    async fn chat(
+        &self,
+        request: &ChatRequest,
+        on_delta: &mut (dyn for<'s> FnMut(&'s str) + Send),
+        cancel: &CancellationToken,
+    ) -> Result<ChatResponse, LlmError> {
+        let prompt_text = render_prompt(&request.messages);
+        let prompt = {
+            let mut rec = self.record.lock().map_err(|_| LlmError::Other("policy state poisoned".into()))?;
+            let extends = !rec.segments.is_empty() && prompt_text.starts_with(&rec.text);
+            if extends {
+                let delta = self.encode(&prompt_text[rec.text.len()..])?;
+                if let Some(seg) = rec.segments.last_mut() {
+                    seg.mask.extend(std::iter::repeat_n(0u8, delta.len()));
+                    seg.tokens.extend(delta);
+                }
+            } else {
+                let ids = self.encode(&prompt_text)?;
+                rec.segments.push(Segment { mask: vec![0; ids.len()], tokens: ids, sampler_logp: Vec::new() });
+            }
+            rec.text = prompt_text.clone();
+            rec.segments.last().map(|s| s.tokens.clone()).unwrap_or_default()
+        };
+        let room = self.sampling.context.saturating_sub(prompt.len());
+        let max_new = self
+            .sampling
+            .max_new_tokens
+            .min(request.sampling.max_tokens.map(|m| m as usize).unwrap_or(usize::MAX))
+            .min(room);
+        if max_new == 0 {
+            return Err(LlmError::Other(format!(
+                "the prompt ({} tokens) fills the policy's context of {} tokens",
+                prompt.len(),
+                self.sampling.context
+            )));
+        }
+        let call = self.calls.fetch_add(1, Ordering::Relaxed);
+        let flag = Arc::new(AtomicBool::new(false));
+        let (tx, rx) = oneshot::channel();
+        self.sampler
+            .submit(GenerateRequest {
+                session: self.session,
+                prompt: prompt.clone(),
+                max_new_tokens: max_new,
+                temperature: self.sampling.temperature,
+                top_p: self.sampling.top_p,
+                seed: self.seed.wrapping_mul(0x9E37_79B9_7F4A_7C15).wrapping_add(call),
+                stop: self.stop.clone(),
+                cancel: flag.clone(),
+                reply: tx,
+            })
+            .map_err(|e| LlmError::Other(e.to_string()))?;
+        let generated = tokio::select! {
+            r = rx => r.map_err(|_| LlmError::Other("the sampling thread dropped a request".into()))?,
+            _ = cancel.cancelled() => {
+                flag.store(true, Ordering::Relaxed);
+                return Err(LlmError::Cancelled);
+            }
+        }
+        .map_err(|e| LlmError::Other(e.to_string()))?;
+        let content: Vec<u32> = generated.ids.iter().copied().filter(|t| !self.stop.contains(t)).collect();
+        let text = self
+            .tokenizer
+            .decode(&content, false)
+            .map_err(|e| LlmError::Other(format!("the policy's tokenizer failed: {e}")))?;
+        on_delta(&text);
+        {
+            let mut rec = self.record.lock().map_err(|_| LlmError::Other("policy state poisoned".into()))?;
+            if let Some(seg) = rec.segments.last_mut() {
+                seg.tokens.extend(&generated.ids);
+                seg.mask.extend(std::iter::repeat_n(1u8, generated.ids.len()));
+                seg.sampler_logp.extend(&generated.logp);
+            }
+            rec.text.push_str(&text);
+            if generated.stopped {
+                rec.text.push_str(IM_END);
+            } else {
+                rec.truncated = true;
+            }
+        }
+        Ok(ChatResponse {
+            text,
+            finish_reason: if generated.stopped { FinishReason::Stop } else { FinishReason::Length },
+            usage: TokenUsage { prompt_tokens: prompt.len() as u64, completion_tokens: generated.ids.len() as u64 },
+            completion_token_ids: Some(generated.ids),
+            prompt_token_ids: Some(prompt),
+            decode_tokens_per_sec: None,
+            tool_calls: Vec::new(),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Segment;
+
+    #[test]
+    fn scored_sampler_log_probs_follow_the_mask() {
+        let seg =
+            Segment { tokens: vec![1, 2, 3, 4, 5], mask: vec![0, 1, 1, 0, 1], sampler_logp: vec![-1.0, -2.0, -3.0] };
+        assert_eq!(seg.scored_sampler_logp(), Some(vec![-1.0, -2.0, -3.0]));
+        // Nothing predicts a first token, so the update scores it not.
+        let first = Segment { mask: vec![1, 1, 0, 0, 1], ..seg.clone() };
+        assert_eq!(first.scored_sampler_logp(), Some(vec![-2.0, -3.0]));
+        let short = Segment { sampler_logp: vec![-1.0], ..seg };
+        assert_eq!(short.scored_sampler_logp(), None);
+    }
+}

@@ -1,0 +1,520 @@
+//! The GRPO loop: warm start, evaluation, then per step sample tasks, run a group of
+//! rollouts per task in containers, score them with the tasks' tests, compute group
+//! advantages, update the policy, log, checkpoint; evaluate again at the end.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Instant;
+
+use agent_sandbox::Engine;
+use indicatif::{ProgressBar, ProgressStyle};
+use rand::seq::SliceRandom;
+use rand::SeedableRng;
+use serde::Serialize;
+
+use super::checkpoint::{write_atomic, CheckpointState, Checkpoints};
+use super::error::{TensorContext, TrainError};
+use super::grpo::{group_advantages, is_degenerate};
+use super::metrics::{MetricsLog, StepMetrics};
+use super::model::{peft, LoraSettings, Qwen3, TrainMode};
+use super::optim::AdamW;
+use super::parallel::SingleRank;
+use super::plot::write_reward_svg;
+use super::preset::{Preset, RolloutEngine, TruncPolicy};
+use super::rollout::{
+    MistralrsEngine, PolicySampling, Rollout, RolloutPlan, RolloutRunner, RolloutSampler, RolloutStatus, Sampler,
+};
+use super::setup;
+use super::update::{grpo_update, Reference, Sample, UpdateSettings, UpdateStats};
+use agent_bench::judge::{Judge, JudgeOptions, RewardWeights};
+use agent_core::config::Config;
+
+/// How `agent train` was invoked.
+pub struct TrainOptions {
+    pub preset: Preset,
+    pub out: PathBuf,
+    /// Continue from the newest complete checkpoint in `out`.
+    pub resume: bool,
+    /// Show progress bars.
+    pub progress: bool,
+    /// Sandbox and image settings.
+    pub config: Config,
+}
+
+/// What a finished run reports (also written to `out/eval.json`).
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct EvalReport {
+    /// Success rate of the evaluation rollouts before training.
+    pub before: f64,
+    /// Success rate after training.
+    pub after: f64,
+    /// Evaluation rollouts on each side.
+    pub rollouts: usize,
+}
+
+/// The training mode a preset asks for.
+pub fn train_mode(preset: &Preset) -> TrainMode {
+    match &preset.mode.lora {
+        Some(l) if !preset.mode.full => TrainMode::Lora(LoraSettings {
+            rank: l.rank,
+            alpha: l.alpha,
+            dropout: l.dropout,
+            targets: l.targets.clone(),
+        }),
+        _ => TrainMode::Full,
+    }
+}
+
+/// Mixes the run seed with other numbers into an independent seed.
+pub fn mix_seed(parts: &[u64]) -> u64 {
+    let mut h: u64 = 0xCBF2_9CE4_8422_2325;
+    for p in parts {
+        h ^= *p;
+        h = h.wrapping_mul(0x0100_0000_01B3);
+        h ^= h >> 29;
+    }
+    h
+}
+
+/// Runs (or resumes) a training run.
+pub async fn train(
+    opts: TrainOptions,
+    docker: &Engine,
+    log: &(dyn Fn(String) + Sync),
+) -> Result<EvalReport, TrainError> {
+    let preset = &opts.preset;
+    let out = &opts.out;
+    if preset.rollout.engine == RolloutEngine::Openai {
+        return Err(TrainError::Config(
+            "rollout.engine `openai` is not available yet: use `candle` (in-process) or `mistralrs`".into(),
+        ));
+    }
+    std::fs::create_dir_all(out).map_err(|e| TrainError::io("create", out, e))?;
+    let (device, dtype) = setup::device_and_dtype(preset)?;
+    let base = setup::base_model_dir(preset, out)?;
+    let start_dir = setup::warm_start(preset, &base, out, &device, dtype, log)?;
+    let tokenizer = Arc::new(setup::load_tokenizer(&start_dir)?);
+    let im_end = setup::token_id(&tokenizer, "<|im_end|>", &start_dir)?;
+    let mode = train_mode(preset);
+    let policy = Qwen3::load(&start_dir, &mode, dtype, &device, preset.seed)?;
+    let reference = match (&mode, preset.grpo.kl_coef > 0.0) {
+        (TrainMode::Full, true) => Some(policy.merged().ctx("copying the reference policy")?),
+        _ => None,
+    };
+    let mut opt = AdamW::new(policy.trainable(), setup::adam_settings(preset))?;
+    let checkpoints = Checkpoints::new(out.join("checkpoints"), preset.checkpoint.keep);
+    let mut state =
+        CheckpointState { step: 0, optimizer_step: 0, seed: preset.seed, tasks_drawn: 0, eval_before: None };
+    if opts.resume {
+        if let Some((dir, saved)) = checkpoints.latest()? {
+            load_checkpoint(&policy, &mut opt, &mode, &dir, &saved)?;
+            log(format!("resuming after step {} from {}", saved.step, dir.display()));
+            state = saved;
+        }
+    } else if checkpoints.latest()?.is_some() {
+        return Err(TrainError::Config(format!(
+            "{} already holds checkpoints: pass --resume to continue that run, or choose another --out",
+            out.display()
+        )));
+    }
+    let metrics_path = out.join("metrics.jsonl");
+    let mut metrics = MetricsLog::open(&metrics_path, Some(state.step))
+        .map_err(|e| TrainError::Other(format!("cannot open {}: {e}", metrics_path.display())))?;
+
+    let run_id = format!("train-{}", agent_sandbox::docker_name_part(&out.display().to_string()));
+    let config = setup::rollout_config(preset, &opts.config);
+    let tasks_dir = preset.resolve_path(&preset.tasks)?;
+    let (ctx, tasks) = setup::trial_context(&tasks_dir, config, docker, &out.join("rollouts"), &run_id).await?;
+    let _ = agent_sandbox::remove_run_settled(docker, &run_id).await;
+    let sampler: Arc<dyn RolloutSampler> = match preset.rollout.engine {
+        RolloutEngine::Mistralrs => {
+            let work = out.join("rollout-engine");
+            let engine = MistralrsEngine::start(&policy, &start_dir, &work, device.is_cpu()).await?;
+            log("rollouts are sampled by mistral.rs (the policy is reloaded after every update)".into());
+            Arc::new(engine)
+        }
+        _ => Arc::new(Sampler::start(policy.merged().ctx("merging the policy")?)?),
+    };
+    let sampling = PolicySampling {
+        temperature: preset.grpo.temperature,
+        top_p: preset.grpo.top_p,
+        max_new_tokens: preset.grpo.max_new_tokens,
+        context: preset.grpo.max_seq_len,
+    };
+    let judge = match &preset.reward.judge {
+        Some(spec) => {
+            let spec = agent_core::llm::ModelSpec::parse(spec)
+                .map_err(|e| TrainError::Config(format!("reward.judge: {e}")))?;
+            let backend = agent_core::llm::resolve_model(&spec, &agent_local::resolve_options())
+                .await
+                .map_err(|e| TrainError::Config(format!("reward.judge: {e}")))?;
+            let judge = Judge::new(backend, JudgeOptions::default()).map_err(|e| TrainError::Config(e.to_string()))?;
+            Some((
+                Arc::new(judge),
+                RewardWeights { tests: preset.reward.tests_weight, judge: preset.reward.judge_weight },
+            ))
+        }
+        None => None,
+    };
+    let runner = RolloutRunner::new(
+        ctx,
+        tasks,
+        sampler.clone(),
+        tokenizer.clone(),
+        vec![im_end],
+        sampling,
+        judge,
+        preset.rollout.concurrency,
+    );
+    let update = setup::update_settings(preset, im_end);
+
+    let before = match state.eval_before {
+        Some(b) => b,
+        None => {
+            let rate = evaluate(&runner, preset, out, "eval-before", opts.progress).await?;
+            log(format!("success rate before training: {:.1}%", rate * 100.0));
+            state.eval_before = Some(rate);
+            rate
+        }
+    };
+
+    let steps = preset.grpo.steps as u64;
+    let bar = progress_bar(opts.progress, steps, "steps");
+    bar.set_position(state.step);
+    let reference = match (&mode, preset.grpo.kl_coef > 0.0) {
+        (TrainMode::Lora(_), true) => Reference::AdaptersOff,
+        (TrainMode::Full, true) => reference.as_ref().map(Reference::Model).unwrap_or(Reference::None),
+        _ => Reference::None,
+    };
+    let mut steps_loop = StepLoop {
+        preset,
+        out,
+        log,
+        progress: opts.progress,
+        runner: &runner,
+        sampler: sampler.as_ref(),
+        policy: &policy,
+        reference,
+        opt: &mut opt,
+        update: &update,
+        metrics: &mut metrics,
+        metrics_path: &metrics_path,
+        history: MetricsLog::read(&metrics_path).unwrap_or_default(),
+        checkpoints: &checkpoints,
+        mode: &mode,
+        start_dir: &start_dir,
+        bar: &bar,
+        steps,
+    };
+    while state.step < steps {
+        steps_loop.step(&mut state).await?;
+    }
+    bar.finish_and_clear();
+    let after = evaluate(&runner, preset, out, "eval-after", opts.progress).await?;
+    log(format!("success rate after training: {:.1}%", after * 100.0));
+    export_final(&policy, &mode, &start_dir, out)?;
+    let report = EvalReport { before, after, rollouts: preset.eval.rollouts };
+    let json = serde_json::to_vec_pretty(&report).map_err(|e| TrainError::Other(e.to_string()))?;
+    write_atomic(&out.join("eval.json"), &json)?;
+    Ok(report)
+}
+
+/// What one training step needs, borrowed from the run.
+struct StepLoop<'a> {
+    preset: &'a Preset,
+    out: &'a Path,
+    log: &'a (dyn Fn(String) + Sync),
+    progress: bool,
+    runner: &'a RolloutRunner,
+    sampler: &'a dyn RolloutSampler,
+    policy: &'a Qwen3,
+    reference: Reference<'a>,
+    opt: &'a mut AdamW,
+    update: &'a UpdateSettings,
+    metrics: &'a mut MetricsLog,
+    metrics_path: &'a Path,
+    history: Vec<StepMetrics>,
+    checkpoints: &'a Checkpoints,
+    mode: &'a TrainMode,
+    start_dir: &'a Path,
+    bar: &'a ProgressBar,
+    steps: u64,
+}
+
+impl StepLoop<'_> {
+    /// One step, phase by phase: collect (rollouts in containers, each scored by its
+    /// task's tests and the judge as it ends) → advantages → update → log → checkpoint.
+    async fn step(&mut self, state: &mut CheckpointState) -> Result<(), TrainError> {
+        let step = state.step + 1;
+        let started = Instant::now();
+        let rollouts = self.collect(step).await;
+        let rollout_secs = started.elapsed().as_secs_f64();
+        let updating = Instant::now();
+        let (samples, mut m) = self.advantages(&rollouts);
+        let stats = self.update(step, &samples).await?;
+        m.step = step;
+        m.loss = stats.loss;
+        m.kl = stats.kl;
+        m.entropy = stats.entropy;
+        m.clip_frac = stats.clip_frac;
+        m.grad_norm = stats.grad_norm;
+        m.sampler_logp_diff = stats.sampler_logp_diff;
+        m.lr = self.preset.optim.lr;
+        m.model_tokens = stats.model_tokens;
+        m.rollout_secs = rollout_secs;
+        m.update_secs = updating.elapsed().as_secs_f64();
+        self.record(m)?;
+        state.step = step;
+        state.optimizer_step = self.opt.step;
+        state.tasks_drawn += self.preset.grpo.tasks_per_step as u64;
+        self.checkpoint(state)
+    }
+
+    /// Collect (and score): the step's groups of rollouts, run as bench trials.
+    async fn collect(&self, step: u64) -> Vec<Rollout> {
+        let plans = step_plans(self.preset, self.runner.tasks.len(), step);
+        let dir = self.out.join("rollouts").join(format!("step-{step:06}"));
+        let rbar = progress_bar(self.progress, plans.len() as u64, &format!("step {step} rollouts"));
+        let rollouts = self.runner.run(&plans, &dir, &|_| rbar.inc(1)).await;
+        rbar.finish_and_clear();
+        rollouts
+    }
+
+    /// Advantages: rewards normalised within each group, into training samples.
+    fn advantages(&self, rollouts: &[Rollout]) -> (Vec<Sample>, StepMetrics) {
+        build_samples(self.preset, rollouts, self.sampler.off_policy())
+    }
+
+    /// Update: the clipped policy-gradient steps, then the sampler takes the new weights.
+    async fn update(&mut self, step: u64, samples: &[Sample]) -> Result<UpdateStats, TrainError> {
+        let stats = if samples.is_empty() {
+            UpdateStats::default()
+        } else {
+            grpo_update(
+                self.policy,
+                self.reference,
+                self.opt,
+                samples,
+                &SingleRank,
+                self.update,
+                mix_seed(&[self.preset.seed, step, 7]),
+            )?
+        };
+        self.sampler.load_policy(self.policy).await?;
+        Ok(stats)
+    }
+
+    /// Log: `metrics.jsonl`, the reward plot, the progress bar or a line per step.
+    fn record(&mut self, m: StepMetrics) -> Result<(), TrainError> {
+        self.metrics
+            .append(&m)
+            .map_err(|e| TrainError::Other(format!("cannot write {}: {e}", self.metrics_path.display())))?;
+        self.history.push(m.clone());
+        let _ = write_reward_svg(&self.out.join("reward.svg"), &self.history, &self.preset.name);
+        self.bar.set_message(format!("reward {:.3} pass {:.0}%", m.reward_mean, m.pass_rate * 100.0));
+        self.bar.inc(1);
+        if !self.progress {
+            (self.log)(format!(
+                "step {}/{}: reward {:.3} ± {:.3}, pass {:.1}%, loss {:.4}, kl {:.4}, entropy {:.3}, kept {} groups, {:.1} s",
+                m.step,
+                self.steps,
+                m.reward_mean,
+                m.reward_std,
+                m.pass_rate * 100.0,
+                m.loss,
+                m.kl,
+                m.entropy,
+                m.groups_kept,
+                m.rollout_secs + m.update_secs
+            ) + &m.sampler_logp_diff.map(|d| format!(", sampler logp diff {d:.2e}")).unwrap_or_default());
+        }
+        Ok(())
+    }
+
+    /// Checkpoint: every `checkpoint.every` steps and after the last.
+    fn checkpoint(&self, state: &CheckpointState) -> Result<(), TrainError> {
+        if state.step.is_multiple_of(self.preset.checkpoint.every.max(1) as u64) || state.step == self.steps {
+            save_checkpoint(self.checkpoints, self.policy, self.opt, self.mode, self.start_dir, state)?;
+        }
+        Ok(())
+    }
+}
+
+/// The rollouts of step `step`: `tasks_per_step` tasks drawn from (seed, step), each
+/// with `group_size` members and their own seeds.
+pub fn step_plans(preset: &Preset, n_tasks: usize, step: u64) -> Vec<RolloutPlan> {
+    let mut rng = rand::rngs::StdRng::seed_from_u64(mix_seed(&[preset.seed, step, 1]));
+    let mut order: Vec<usize> = (0..n_tasks).collect();
+    let mut chosen = Vec::new();
+    while chosen.len() < preset.grpo.tasks_per_step {
+        order.shuffle(&mut rng);
+        chosen.extend(order.iter().copied().take(preset.grpo.tasks_per_step - chosen.len()));
+    }
+    let mut plans = Vec::new();
+    for (slot, &task) in chosen.iter().enumerate() {
+        for member in 0..preset.grpo.group_size {
+            plans.push(RolloutPlan { task, member, seed: mix_seed(&[preset.seed, step, slot as u64, member as u64]) });
+        }
+    }
+    // Groups are told apart by slot: the same task may be drawn twice in one step.
+    for (i, p) in plans.iter_mut().enumerate() {
+        p.member = i;
+    }
+    plans
+}
+
+/// Turns a step's rollouts into training samples (advantages per group, dynamic
+/// sampling, the truncation policy) and the step's rollout metrics; `sampler_logp` keeps
+/// the sampler's log-probs for importance weights (another engine sampled them).
+pub fn build_samples(preset: &Preset, rollouts: &[Rollout], sampler_logp: bool) -> (Vec<Sample>, StepMetrics) {
+    let mut m = StepMetrics::default();
+    let g = preset.grpo.group_size.max(1);
+    let counted: Vec<&Rollout> = rollouts.iter().filter(|r| r.status != RolloutStatus::Crashed).collect();
+    m.rollouts = rollouts.len() as u64;
+    m.truncated = rollouts.iter().filter(|r| r.status == RolloutStatus::Truncated).count() as u64;
+    m.timed_out = rollouts.iter().filter(|r| r.status == RolloutStatus::TimedOut).count() as u64;
+    m.crashed = rollouts.iter().filter(|r| r.status == RolloutStatus::Crashed).count() as u64;
+    if !counted.is_empty() {
+        let n = counted.len() as f64;
+        // `+ 0.0` turns a -0.0 sum into 0.0 for the log.
+        m.reward_mean = counted.iter().map(|r| r.reward).sum::<f64>() / n + 0.0;
+        m.reward_std = (counted.iter().map(|r| (r.reward - m.reward_mean).powi(2)).sum::<f64>() / n).sqrt();
+        m.pass_rate = counted.iter().filter(|r| r.resolved).count() as f64 / n;
+    }
+    m.tokens = rollouts.iter().flat_map(|r| &r.recording.segments).map(|s| s.tokens.len() as u64).sum();
+    let mut samples = Vec::new();
+    for group in rollouts.chunks(g) {
+        // Crashed rollouts say nothing about the policy: they leave the group.
+        let members: Vec<&Rollout> = group.iter().filter(|r| r.status != RolloutStatus::Crashed).collect();
+        let rewards: Vec<f64> = members
+            .iter()
+            .map(|r| match (r.status, preset.grpo.truncated) {
+                (RolloutStatus::Truncated | RolloutStatus::TimedOut, TruncPolicy::Zero) => 0.0,
+                _ => r.reward,
+            })
+            .collect();
+        if members.len() < 2 || (preset.grpo.dynamic_sampling && is_degenerate(&rewards)) {
+            m.groups_dropped += 1;
+            continue;
+        }
+        m.groups_kept += 1;
+        let adv = group_advantages(&rewards, preset.grpo.advantage);
+        for (r, a) in members.iter().zip(adv) {
+            let masked = matches!(r.status, RolloutStatus::Truncated | RolloutStatus::TimedOut)
+                && preset.grpo.truncated == TruncPolicy::Mask;
+            if masked {
+                continue;
+            }
+            for seg in &r.recording.segments {
+                if seg.mask.iter().any(|&x| x != 0) {
+                    samples.push(Sample {
+                        tokens: seg.tokens.clone(),
+                        mask: seg.mask.clone(),
+                        advantage: a as f32,
+                        sampler_logp: if sampler_logp { seg.scored_sampler_logp() } else { None },
+                    });
+                }
+            }
+        }
+    }
+    (samples, m)
+}
+
+/// Success rate over the preset's evaluation rollouts (tasks in turn, fixed seeds:
+/// the before and after evaluations see the same tasks and seeds).
+async fn evaluate(
+    runner: &RolloutRunner,
+    preset: &Preset,
+    out: &Path,
+    name: &str,
+    progress: bool,
+) -> Result<f64, TrainError> {
+    let n = preset.eval.rollouts;
+    let plans: Vec<RolloutPlan> = (0..n)
+        .map(|i| RolloutPlan {
+            task: i % runner.tasks.len(),
+            member: i,
+            seed: mix_seed(&[preset.seed, 0xE7A1, i as u64]),
+        })
+        .collect();
+    let bar = progress_bar(progress, n as u64, name);
+    let rollouts = runner.run(&plans, &out.join(name), &|_| bar.inc(1)).await;
+    bar.finish_and_clear();
+    let counted: Vec<&Rollout> = rollouts.iter().filter(|r| r.status != RolloutStatus::Crashed).collect();
+    if counted.is_empty() {
+        let why = rollouts.first().map(|r| r.reason.clone()).unwrap_or_default();
+        return Err(TrainError::Other(format!("every evaluation rollout crashed (first reason: {why})")));
+    }
+    let rate = counted.iter().filter(|r| r.resolved).count() as f64 / counted.len() as f64;
+    let summary = serde_json::json!({
+        "success_rate": rate,
+        "rollouts": rollouts.len(),
+        "crashed": rollouts.len() - counted.len(),
+        "mean_reward": counted.iter().map(|r| r.reward).sum::<f64>() / counted.len() as f64,
+    });
+    write_atomic(&out.join(format!("{name}.json")), summary.to_string().as_bytes())?;
+    Ok(rate)
+}
+
+fn save_checkpoint(
+    checkpoints: &Checkpoints,
+    policy: &Qwen3,
+    opt: &AdamW,
+    mode: &TrainMode,
+    base: &Path,
+    state: &CheckpointState,
+) -> Result<(), TrainError> {
+    checkpoints.save(state, &|dir| {
+        match mode {
+            TrainMode::Lora(s) => peft::save_adapter(policy, s, &base.display().to_string(), &dir.join("adapter"))?,
+            TrainMode::Full => peft::save_full_weights(policy, base, &dir.join("model"))?,
+        }
+        candle_core::safetensors::save(&opt.state_tensors(), dir.join("optimizer.safetensors"))
+            .ctx("writing the optimiser state")
+    })?;
+    Ok(())
+}
+
+fn load_checkpoint(
+    policy: &Qwen3,
+    opt: &mut AdamW,
+    mode: &TrainMode,
+    dir: &Path,
+    state: &CheckpointState,
+) -> Result<(), TrainError> {
+    match mode {
+        TrainMode::Lora(_) => peft::load_adapter_into(policy, &dir.join("adapter"))?,
+        TrainMode::Full => peft::load_full_weights_into(policy, &dir.join("model"))?,
+    }
+    let path = dir.join("optimizer.safetensors");
+    let tensors = candle_core::safetensors::load(&path, policy.device())
+        .map_err(|e| TrainError::bad_file(&path, format!("cannot read the optimiser state: {e}")))?;
+    opt.load_state(&tensors, state.optimizer_step).map_err(|e| TrainError::bad_file(&path, e))
+}
+
+fn export_final(policy: &Qwen3, mode: &TrainMode, base: &Path, out: &Path) -> Result<(), TrainError> {
+    let (name, tmp) = match mode {
+        TrainMode::Lora(_) => ("adapter", out.join(".tmp-adapter")),
+        TrainMode::Full => ("model", out.join(".tmp-model")),
+    };
+    let _ = std::fs::remove_dir_all(&tmp);
+    match mode {
+        TrainMode::Lora(s) => peft::save_adapter(policy, s, &base.display().to_string(), &tmp)?,
+        TrainMode::Full => peft::save_full_weights(policy, base, &tmp)?,
+    }
+    let dest = out.join(name);
+    let _ = std::fs::remove_dir_all(&dest);
+    std::fs::rename(&tmp, &dest).map_err(|e| TrainError::io("rename", &tmp, e))
+}
+
+fn progress_bar(show: bool, len: u64, what: &str) -> ProgressBar {
+    if !show {
+        return ProgressBar::hidden();
+    }
+    let b = ProgressBar::new(len);
+    if let Ok(style) = ProgressStyle::with_template("{prefix} [{bar:30}] {pos}/{len} {msg} ({elapsed})") {
+        b.set_style(style.progress_chars("=> "));
+    }
+    b.set_prefix(what.to_string());
+    b
+}

@@ -1,0 +1,250 @@
+//! Preparing a run: the base model folder (generated for `tiny:` presets), the
+//! tokenizer, the warm start, the task list and the trial context rollouts share.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use agent_sandbox::Engine;
+use candle_core::{DType, Device};
+use rand::seq::SliceRandom;
+use rand::SeedableRng;
+use tokenizers::Tokenizer;
+
+use super::error::TrainError;
+use super::model::{peft, Qwen3, TrainMode};
+use super::optim::{AdamW, AdamWSettings};
+use super::parallel::SingleRank;
+use super::preset::Preset;
+use super::sft::{read_transcripts, transcript_sample};
+use super::update::{sft_step, Sample, UpdateSettings};
+use agent_bench::{discover, AgentKind, EnvSettings, ImageCache, TaskEntry, TrialContext, Verifier, VerifyMode};
+use agent_core::config::Config;
+use agent_local::tiny_qwen3::{write_tiny_qwen3, TinyQwen3Config};
+
+/// The model folder a preset names: `tiny:NAME` is generated into `out/base-model`
+/// (its tokenizer learns the warm-start demonstrations' text), anything else is a path.
+pub fn base_model_dir(preset: &Preset, out: &Path) -> Result<PathBuf, TrainError> {
+    let spec = preset.model.path.as_str();
+    let Some(_name) = spec.strip_prefix("tiny:") else {
+        let dir = preset.resolve_path(spec)?;
+        if !dir.join("config.json").is_file() {
+            return Err(TrainError::bad_file(
+                &dir,
+                "not a model folder (config.json + safetensors); download the model there first",
+            ));
+        }
+        return Ok(dir);
+    };
+    let dir = out.join("base-model");
+    if dir.join("model.safetensors").is_file() {
+        return Ok(dir);
+    }
+    let mut cfg = TinyQwen3Config { seed: preset.seed, ..TinyQwen3Config::default() };
+    if let Some(shape) = &preset.model.shape {
+        cfg.hidden_size = shape.hidden_size;
+        cfg.num_hidden_layers = shape.num_hidden_layers;
+        cfg.num_attention_heads = shape.num_attention_heads;
+        cfg.num_key_value_heads = shape.num_key_value_heads;
+        cfg.head_dim = Some(shape.head_dim);
+        cfg.intermediate_size = shape.intermediate_size;
+    }
+    if let Some(sft) = &preset.sft {
+        let path = preset.resolve_path(&sft.file)?;
+        // Repeated so that the demonstrations' strings win the merges.
+        let mut corpus = String::new();
+        for t in read_transcripts(&path)? {
+            for m in t {
+                corpus.push_str(&m.content);
+                corpus.push('\n');
+            }
+        }
+        cfg.extra_corpus = corpus.repeat(4);
+        cfg.num_merges = 600;
+    }
+    let tmp = out.join(".tmp-base-model");
+    let _ = std::fs::remove_dir_all(&tmp);
+    write_tiny_qwen3(&tmp, &cfg).map_err(|e| TrainError::Other(format!("cannot write the tiny model: {e}")))?;
+    std::fs::rename(&tmp, &dir).map_err(|e| TrainError::io("rename", &tmp, e))?;
+    Ok(dir)
+}
+
+/// Loads `dir/tokenizer.json`.
+pub fn load_tokenizer(dir: &Path) -> Result<Tokenizer, TrainError> {
+    let path = dir.join("tokenizer.json");
+    Tokenizer::from_file(&path).map_err(|e| TrainError::bad_file(&path, format!("cannot load the tokenizer: {e}")))
+}
+
+/// The id of a special token, which must exist.
+pub fn token_id(tokenizer: &Tokenizer, token: &str, dir: &Path) -> Result<u32, TrainError> {
+    tokenizer.token_to_id(token).ok_or_else(|| {
+        TrainError::bad_file(&dir.join("tokenizer.json"), format!("no `{token}` token (not a Qwen tokenizer?)"))
+    })
+}
+
+/// The compute device and dtype a preset asks for.
+pub fn device_and_dtype(preset: &Preset) -> Result<(Device, DType), TrainError> {
+    use super::preset::{Device as PDevice, Dtype};
+    let device = match preset.hardware.device {
+        PDevice::Cpu => Device::Cpu,
+        PDevice::Cuda => Device::new_cuda(0).map_err(|e| {
+            TrainError::Config(format!(
+                "the preset asks for CUDA but no GPU is usable ({e}); build with --features cuda"
+            ))
+        })?,
+    };
+    let dtype = match preset.dtype {
+        Dtype::F32 => DType::F32,
+        Dtype::Bf16 => DType::BF16,
+    };
+    Ok((device, dtype))
+}
+
+/// Runs the preset's warm start (full-weight SFT on its demonstrations) unless its
+/// output exists; returns the folder of the warm-started model.
+pub fn warm_start(
+    preset: &Preset,
+    base: &Path,
+    out: &Path,
+    device: &Device,
+    dtype: DType,
+    log: &dyn Fn(String),
+) -> Result<PathBuf, TrainError> {
+    let Some(sft) = &preset.sft else { return Ok(base.to_path_buf()) };
+    let dir = out.join("sft-model");
+    if dir.join("model.safetensors").is_file() {
+        return Ok(dir);
+    }
+    let tokenizer = load_tokenizer(base)?;
+    let im_end = token_id(&tokenizer, "<|im_end|>", base)?;
+    let path = preset.resolve_path(&sft.file)?;
+    let samples: Vec<Sample> =
+        read_transcripts(&path)?.iter().map(|t| transcript_sample(t, &tokenizer, im_end)).collect::<Result<_, _>>()?;
+    let model = Qwen3::load(base, &TrainMode::Full, dtype, device, preset.seed)?;
+    let settings = AdamWSettings { lr: sft.lr, weight_decay: 0.0, ..adam_settings(preset) };
+    let mut opt = AdamW::new(model.trainable(), settings)?;
+    let update = update_settings(preset, im_end);
+    let mut rng = rand::rngs::StdRng::seed_from_u64(preset.seed ^ 0x5F7);
+    for epoch in 0..sft.epochs {
+        let mut order: Vec<&Sample> = samples.iter().collect();
+        order.shuffle(&mut rng);
+        let mut losses = Vec::new();
+        for (k, batch) in order.chunks(sft.batch.max(1)).enumerate() {
+            let seed = preset.seed ^ ((epoch as u64) << 32) ^ k as u64;
+            losses.push(sft_step(&model, &mut opt, batch, &update, &SingleRank, seed)?);
+        }
+        let mean = losses.iter().sum::<f64>() / losses.len().max(1) as f64;
+        log(format!("warm start: epoch {}/{} loss {mean:.4}", epoch + 1, sft.epochs));
+    }
+    let tmp = out.join(".tmp-sft-model");
+    let _ = std::fs::remove_dir_all(&tmp);
+    peft::save_full_weights(&model, base, &tmp)?;
+    std::fs::rename(&tmp, &dir).map_err(|e| TrainError::io("rename", &tmp, e))?;
+    Ok(dir)
+}
+
+/// The preset's AdamW settings (the GRPO updates; the warm start overrides lr and decay).
+pub fn adam_settings(preset: &Preset) -> AdamWSettings {
+    AdamWSettings {
+        lr: preset.optim.lr,
+        beta1: preset.optim.beta1,
+        beta2: preset.optim.beta2,
+        eps: preset.optim.eps,
+        weight_decay: preset.optim.weight_decay,
+    }
+}
+
+/// The update settings a preset implies.
+pub fn update_settings(preset: &Preset, pad: u32) -> UpdateSettings {
+    UpdateSettings {
+        ppo: super::grpo::PpoSettings {
+            clip_low: preset.grpo.clip_low,
+            clip_high: preset.grpo.clip_high,
+            clip_dual: preset.grpo.clip_dual,
+            kl_coef: preset.grpo.kl_coef,
+        },
+        epochs: preset.grpo.ppo_epochs,
+        minibatches: preset.grpo.minibatches,
+        micro_batch: preset.optim.micro_batch,
+        grad_clip: preset.optim.grad_clip,
+        recompute: preset.recompute,
+        chunk: super::model::DEFAULT_CHUNK,
+        importance_cap: 2.0,
+        pad,
+    }
+}
+
+/// What the trainer's agent loop runs with: the preset's turn and length limits and system prompt.
+pub fn rollout_config(preset: &Preset, base: &Config) -> Config {
+    let mut config = base.clone();
+    config.episode.max_turns = preset.grpo.max_turns as u32;
+    config.episode.max_reply_tokens = preset.grpo.max_new_tokens as u32;
+    config.episode.context_tokens = preset.grpo.max_seq_len as u64;
+    config.episode.max_parse_failures = preset.grpo.max_turns as u32;
+    if preset.system_prompt.is_some() {
+        config.system_prompt = preset.system_prompt.clone();
+    }
+    config
+}
+
+/// The tasks and the trial context every rollout shares.
+pub async fn trial_context(
+    tasks_dir: &Path,
+    config: Config,
+    docker: &Engine,
+    run_dir: &Path,
+    run_id: &str,
+) -> Result<(Arc<TrialContext>, Vec<Arc<TaskEntry>>), TrainError> {
+    let entries = discover(&[tasks_dir.to_path_buf()]).map_err(|e| TrainError::Other(e.to_string()))?;
+    let mut tasks = Vec::new();
+    for e in entries {
+        if let Err(err) = &e.task {
+            return Err(TrainError::Other(format!("the task {} cannot be loaded: {err}", e.name)));
+        }
+        tasks.push(Arc::new(e));
+    }
+    if tasks.is_empty() {
+        return Err(TrainError::bad_file(tasks_dir, "holds no tasks (folders with task.yaml or task.toml)"));
+    }
+    let ctx = TrialContext {
+        docker: docker.clone(),
+        run_dir: run_dir.to_path_buf(),
+        agent: AgentKind::Agent,
+        model: None,
+        images: Arc::new(ImageCache::new(docker.clone(), &config.image_map, Default::default())),
+        env: EnvSettings::from_config(&config, run_id, Vec::new()),
+        verifier: Verifier::probe(VerifyMode::Script).await,
+        config,
+    };
+    Ok((Arc::new(ctx), tasks))
+}
+
+/// The architecture of the preset's model, for a dry run without `model.shape`: read
+/// from the folder's config.json, or the generated tiny model's defaults.
+pub fn shape_of(preset: &Preset) -> Result<super::preset::ModelShape, TrainError> {
+    use super::model::Qwen3Config;
+    let spec = preset.model.path.as_str();
+    if spec.starts_with("tiny:") {
+        let t = TinyQwen3Config::default();
+        return Ok(super::preset::ModelShape {
+            hidden_size: t.hidden_size,
+            num_hidden_layers: t.num_hidden_layers,
+            num_attention_heads: t.num_attention_heads,
+            num_key_value_heads: t.num_key_value_heads,
+            head_dim: t.effective_head_dim(),
+            intermediate_size: t.intermediate_size,
+            vocab_size: 1024,
+            tie_word_embeddings: true,
+        });
+    }
+    let c = Qwen3Config::load(&preset.resolve_path(spec)?)?;
+    Ok(super::preset::ModelShape {
+        hidden_size: c.hidden_size,
+        num_hidden_layers: c.num_hidden_layers,
+        num_attention_heads: c.num_attention_heads,
+        num_key_value_heads: c.num_key_value_heads,
+        head_dim: c.head_dim(),
+        intermediate_size: c.intermediate_size,
+        vocab_size: c.vocab_size,
+        tie_word_embeddings: c.tie_word_embeddings,
+    })
+}

@@ -1,0 +1,572 @@
+//! The UI's state and how keys and core events change it. Everything that leaves the
+//! UI is returned as an [`Effect`] for the runner to carry out, so this file has no I/O
+//! and every behaviour is testable without a terminal.
+
+use std::collections::HashSet;
+use std::time::{Duration, Instant};
+
+use ratatui::crossterm::event::{KeyCode, KeyEvent, KeyEventKind, KeyModifiers};
+use serde_json::Value;
+
+use agent_protocol::{ApprovalDecision, ApprovalMode, Event, Op, TokenUsage};
+
+use super::cell::{CellKind, ToolCell, ToolStatus};
+use super::commands::run_slash;
+use super::composer::Composer;
+use super::popup::{file_popup, slash_popup, Popup, PopupKind};
+use super::transcript::Transcript;
+
+/// How long a first Ctrl+C waits for the second.
+const QUIT_WINDOW: Duration = Duration::from_secs(2);
+
+/// Something the runner must do on the UI's behalf.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Effect {
+    /// Send an op to the core.
+    Op(Op),
+    /// Run `!cmd` in the sandbox; the result comes back through [`App::shell_done`].
+    Shell { id: String, cmd: String },
+    /// End the current session and start a fresh one on the same sandbox, with
+    /// another model when given.
+    Restart { model: Option<String> },
+    /// Show the saved sessions.
+    ListSessions,
+    /// Load a saved session into a fresh context.
+    Resume { id: String },
+    /// Leave the UI.
+    Quit,
+}
+
+/// The sandbox container as the status line shows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ContainerState {
+    Starting,
+    Running(String),
+    Restarting,
+    Removed,
+}
+
+/// Figures for the status line and `/cost`.
+#[derive(Debug, Clone)]
+pub struct Status {
+    pub model: String,
+    pub container: ContainerState,
+    /// Prompt plus completion tokens of the latest model call.
+    pub context_used: u64,
+    pub context_max: u64,
+    pub total: TokenUsage,
+    pub turns: u32,
+    /// Decode speed of the reply streaming now, or of the last one.
+    pub tokens_per_sec: Option<f64>,
+    pub started: Instant,
+}
+
+/// A tool call waiting for the user's yes or no.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PendingApproval {
+    pub call_id: String,
+    pub tool: String,
+    pub args: Value,
+}
+
+/// Static facts the UI starts with.
+#[derive(Debug, Clone)]
+pub struct AppConfig {
+    pub model: String,
+    pub workspace: String,
+    pub approval: ApprovalMode,
+    pub context_tokens: u64,
+    /// Workspace files for `@path` completion.
+    pub files: Vec<String>,
+}
+
+/// The whole UI state.
+pub struct App {
+    pub transcript: Transcript,
+    pub composer: Composer,
+    pub popup: Option<Popup>,
+    pub approval: Option<PendingApproval>,
+    pub mode: ApprovalMode,
+    pub status: Status,
+    /// A transient line under the composer ("press Ctrl+C again to quit").
+    pub hint: Option<String>,
+    /// Whether the agent works on a turn now.
+    pub busy: bool,
+    always: HashSet<String>,
+    quit_armed: Option<Instant>,
+    pub(super) files: Vec<String>,
+    pub(super) last_todo: Option<String>,
+    stream: Option<(Instant, usize)>,
+    shell_seq: u32,
+    /// Results of `!cmd`s since the last message, told to the model with the next one.
+    shell_notes: Vec<String>,
+    pub should_quit: bool,
+}
+
+/// The most bytes of a `!cmd`'s output passed on to the model.
+const SHELL_NOTE_BYTES: usize = 4000;
+/// How a `!cmd` note passed on to the model starts and ends.
+const SHELL_NOTE_START: &str = "(I ran `";
+const SHELL_NOTE_END: &str = "</bash_output>\n\n";
+
+/// A sent message without the `!cmd` notes put before it (for showing it again).
+pub fn strip_shell_notes(text: &str) -> &str {
+    let mut s = text;
+    while s.starts_with(SHELL_NOTE_START) {
+        match s.find(SHELL_NOTE_END) {
+            Some(i) => s = &s[i + SHELL_NOTE_END.len()..],
+            None => break,
+        }
+    }
+    s
+}
+
+/// The next mode for Shift+Tab.
+pub fn next_mode(mode: ApprovalMode) -> ApprovalMode {
+    match mode {
+        ApprovalMode::Ask => ApprovalMode::AutoEdit,
+        ApprovalMode::AutoEdit => ApprovalMode::Auto,
+        ApprovalMode::Auto => ApprovalMode::Ask,
+    }
+}
+
+/// The mode's name as typed on the command line.
+pub fn mode_name(mode: ApprovalMode) -> &'static str {
+    match mode {
+        ApprovalMode::Ask => "ask",
+        ApprovalMode::AutoEdit => "auto-edit",
+        ApprovalMode::Auto => "auto",
+    }
+}
+
+impl App {
+    /// A fresh UI showing the start screen.
+    pub fn new(cfg: AppConfig) -> Self {
+        let mut transcript = Transcript::default();
+        transcript.push(CellKind::Welcome { model: cfg.model.clone(), workspace: cfg.workspace.clone() });
+        App {
+            transcript,
+            composer: Composer::default(),
+            popup: None,
+            approval: None,
+            mode: cfg.approval,
+            status: Status {
+                model: cfg.model,
+                container: ContainerState::Starting,
+                context_used: 0,
+                context_max: cfg.context_tokens,
+                total: TokenUsage::default(),
+                turns: 0,
+                tokens_per_sec: None,
+                started: Instant::now(),
+            },
+            hint: None,
+            busy: false,
+            always: HashSet::new(),
+            quit_armed: None,
+            files: cfg.files,
+            last_todo: None,
+            stream: None,
+            shell_seq: 0,
+            shell_notes: Vec::new(),
+            should_quit: false,
+        }
+    }
+
+    /// Adds an informational cell.
+    pub fn info(&mut self, text: impl Into<String>) {
+        self.transcript.push(CellKind::Info { text: text.into() });
+        self.transcript.scroll = 0;
+    }
+
+    /// Adds an error cell.
+    pub fn error(&mut self, text: impl Into<String>) {
+        self.transcript.push(CellKind::Error { text: text.into() });
+        self.transcript.scroll = 0;
+    }
+
+    /// Whether this call runs without asking in the current mode.
+    fn auto_approved(&self, tool: &str) -> bool {
+        self.always.contains(tool)
+            || match self.mode {
+                ApprovalMode::Auto => true,
+                ApprovalMode::AutoEdit => tool == "file",
+                ApprovalMode::Ask => false,
+            }
+    }
+
+    fn set_tool_status(&mut self, call_id: &str, status: ToolStatus) {
+        if let Some(t) = self.transcript.tool_mut(call_id) {
+            t.status = status;
+        }
+    }
+
+    /// Handles one key press.
+    pub fn on_key(&mut self, key: KeyEvent) -> Vec<Effect> {
+        if key.kind == KeyEventKind::Release {
+            return Vec::new();
+        }
+        let ctrl = key.modifiers.contains(KeyModifiers::CONTROL);
+        if ctrl && matches!(key.code, KeyCode::Char('c')) {
+            return self.ctrl_c();
+        }
+        self.quit_armed = None;
+        self.hint = None;
+        if self.approval.is_some() {
+            return self.approval_key(key);
+        }
+        let mut effects = Vec::new();
+        match key.code {
+            KeyCode::Esc => {
+                if self.popup.take().is_none() && self.busy {
+                    effects.push(Effect::Op(Op::Interrupt));
+                    self.hint = Some("interrupting…".into());
+                }
+                return effects;
+            }
+            KeyCode::BackTab => {
+                self.mode = next_mode(self.mode);
+                return effects;
+            }
+            KeyCode::Char('o') if ctrl => {
+                self.transcript.opts.expanded = !self.transcript.opts.expanded;
+                return effects;
+            }
+            KeyCode::PageUp => self.transcript.scroll_by(10),
+            KeyCode::PageDown => self.transcript.scroll_by(-10),
+            KeyCode::Enter if key.modifiers.intersects(KeyModifiers::SHIFT | KeyModifiers::ALT) => {
+                self.composer.insert_char('\n')
+            }
+            KeyCode::Char('j') if ctrl => self.composer.insert_char('\n'),
+            KeyCode::Enter => {
+                if let Some(p) = &self.popup {
+                    if p.kind == PopupKind::Slash {
+                        if let Some(cmd) = p.current() {
+                            self.composer.set_text(cmd);
+                        }
+                    } else {
+                        self.accept_popup();
+                        return effects;
+                    }
+                }
+                self.popup = None;
+                return self.submit();
+            }
+            KeyCode::Tab if self.popup.is_some() => {
+                self.accept_popup();
+                return effects;
+            }
+            KeyCode::Up => match &mut self.popup {
+                Some(p) => p.step(false),
+                None => self.composer.up(),
+            },
+            KeyCode::Down => match &mut self.popup {
+                Some(p) => p.step(true),
+                None => self.composer.down(),
+            },
+            KeyCode::Left => self.composer.left(),
+            KeyCode::Right => self.composer.right(),
+            KeyCode::Home => self.composer.home(),
+            KeyCode::End => self.composer.end(),
+            KeyCode::Char('a') if ctrl => self.composer.home(),
+            KeyCode::Char('e') if ctrl => self.composer.end(),
+            KeyCode::Char('w') if ctrl => self.composer.delete_word(),
+            KeyCode::Char('u') if ctrl => self.composer.clear(),
+            KeyCode::Backspace => self.composer.backspace(),
+            KeyCode::Delete => self.composer.delete(),
+            KeyCode::Char(c) if !ctrl => self.composer.insert_char(c),
+            _ => {}
+        }
+        self.refresh_popup();
+        effects
+    }
+
+    /// Handles a bracketed paste.
+    pub fn on_paste(&mut self, text: &str) {
+        self.composer.paste(text);
+        self.refresh_popup();
+    }
+
+    fn ctrl_c(&mut self) -> Vec<Effect> {
+        let mut effects = Vec::new();
+        if !self.composer.is_empty() {
+            self.composer.clear();
+            self.popup = None;
+            self.hint = Some("input cleared · Ctrl+C again to quit".into());
+            self.quit_armed = Some(Instant::now());
+            return effects;
+        }
+        if self.quit_armed.is_some_and(|t| t.elapsed() < QUIT_WINDOW) {
+            self.should_quit = true;
+            effects.push(Effect::Quit);
+            return effects;
+        }
+        if self.busy {
+            effects.push(Effect::Op(Op::Interrupt));
+        }
+        self.quit_armed = Some(Instant::now());
+        self.hint = Some("press Ctrl+C again to quit".into());
+        effects
+    }
+
+    fn approval_key(&mut self, key: KeyEvent) -> Vec<Effect> {
+        let Some(pending) = self.approval.clone() else { return Vec::new() };
+        let decision = match key.code {
+            KeyCode::Char('y' | 'Y') | KeyCode::Enter => ApprovalDecision::Approve,
+            KeyCode::Char('a' | 'A') => {
+                // The UI keeps "always" itself so that modes stay under its control.
+                self.always.insert(pending.tool.clone());
+                ApprovalDecision::Approve
+            }
+            KeyCode::Char('n' | 'N') => ApprovalDecision::Deny,
+            KeyCode::Esc => {
+                self.approval = None;
+                self.set_tool_status(&pending.call_id, ToolStatus::Denied);
+                return vec![Effect::Op(Op::Interrupt)];
+            }
+            KeyCode::BackTab => {
+                self.mode = next_mode(self.mode);
+                return Vec::new();
+            }
+            _ => return Vec::new(),
+        };
+        self.approval = None;
+        let status = if decision == ApprovalDecision::Deny { ToolStatus::Denied } else { ToolStatus::Running };
+        self.set_tool_status(&pending.call_id, status);
+        vec![Effect::Op(Op::Approval { call_id: pending.call_id, decision })]
+    }
+
+    fn accept_popup(&mut self) {
+        let Some(p) = self.popup.take() else { return };
+        let Some(choice) = p.current().map(str::to_string) else { return };
+        match p.kind {
+            PopupKind::Slash => self.composer.set_text(&format!("{choice} ")),
+            PopupKind::Files => {
+                // A directory stays open for further completion.
+                let tail = if choice.ends_with('/') { "" } else { " " };
+                self.composer.replace_at_word(&format!("{choice}{tail}"));
+            }
+        }
+        self.refresh_popup();
+    }
+
+    fn refresh_popup(&mut self) {
+        let text = self.composer.text();
+        let popup = slash_popup(text).or_else(|| self.composer.at_word().and_then(|w| file_popup(w, &self.files)));
+        // A command typed out in full needs no popup.
+        let popup = popup.filter(|p| !(p.items.len() == 1 && p.items[0].0 == text));
+        self.popup = match (self.popup.take(), popup) {
+            (Some(old), Some(mut new)) if old.kind == new.kind => {
+                new.selected = old.selected.min(new.items.len().saturating_sub(1));
+                Some(new)
+            }
+            (_, new) => new,
+        };
+    }
+
+    fn submit(&mut self) -> Vec<Effect> {
+        if self.composer.text().trim().is_empty() {
+            return Vec::new();
+        }
+        let text = self.composer.submit();
+        self.transcript.scroll = 0;
+        let trimmed = text.trim();
+        if trimmed.starts_with('/') {
+            return run_slash(self, trimmed);
+        }
+        if let Some(cmd) = trimmed.strip_prefix('!') {
+            self.shell_seq += 1;
+            let id = format!("!{}", self.shell_seq);
+            self.transcript.push(CellKind::Tool(ToolCell {
+                call_id: id.clone(),
+                tool: "!".into(),
+                args: serde_json::json!({ "cmd": cmd.trim() }),
+                output: String::new(),
+                status: ToolStatus::Running,
+            }));
+            return vec![Effect::Shell { id, cmd: cmd.trim().to_string() }];
+        }
+        self.user_turn(text)
+    }
+
+    /// Starts a turn with this message.
+    pub fn user_turn(&mut self, text: String) -> Vec<Effect> {
+        self.transcript.push(CellKind::User { text: text.clone() });
+        self.busy = true;
+        let mut sent = String::new();
+        for note in self.shell_notes.drain(..) {
+            sent.push_str(&note);
+        }
+        sent.push_str(&text);
+        vec![Effect::Op(Op::UserTurn { text: sent })]
+    }
+
+    /// A `!cmd` finished.
+    pub fn shell_done(&mut self, id: &str, output: String, exit_code: Option<i64>, duration_ms: u64) {
+        let Some(t) = self.transcript.tool_mut(id) else { return };
+        let cmd = t.args.get("cmd").and_then(Value::as_str).unwrap_or_default().to_string();
+        let mut shown = output.clone();
+        if shown.len() > SHELL_NOTE_BYTES {
+            let mut end = SHELL_NOTE_BYTES;
+            while !shown.is_char_boundary(end) {
+                end -= 1;
+            }
+            shown.truncate(end);
+            shown.push_str("\n[… output cut]");
+        }
+        t.output = output;
+        t.status = ToolStatus::Done { exit_code, duration_ms, timed_out: exit_code.is_none() };
+        let code = exit_code.map_or("none".to_string(), |c| c.to_string());
+        self.shell_notes.push(format!(
+            "{SHELL_NOTE_START}{cmd}` in the sandbox myself; exit code {code}; its output:)\n<bash_output>\n{}\n{SHELL_NOTE_END}",
+            shown.trim_end()
+        ));
+    }
+
+    /// The turn's work ended (finish, interrupt, a stop, an error).
+    fn idle(&mut self) {
+        self.busy = false;
+        self.stream = None;
+        self.approval = None;
+        self.transcript.update_all(|c| match c {
+            CellKind::Assistant { streaming, .. } if *streaming => {
+                *streaming = false;
+                true
+            }
+            CellKind::Tool(t) if matches!(t.status, ToolStatus::Running | ToolStatus::AwaitingApproval) => {
+                t.status = ToolStatus::Interrupted;
+                true
+            }
+            _ => false,
+        });
+    }
+
+    /// Handles one event from the core.
+    pub fn on_core(&mut self, ev: Event) -> Vec<Effect> {
+        let mut effects = Vec::new();
+        match ev {
+            Event::SessionConfigured { model, container, .. } => {
+                self.status.model = model;
+                self.status.container = ContainerState::Running(container);
+            }
+            Event::TurnStarted { turn } => {
+                self.busy = true;
+                self.status.turns = self.status.turns.max(turn);
+                self.stream = Some((Instant::now(), 0));
+                self.transcript.push(CellKind::Assistant { text: String::new(), streaming: true });
+                self.transcript.scroll = 0;
+            }
+            Event::AssistantDelta { text, .. } => {
+                if let Some((started, chars)) = &mut self.stream {
+                    *chars += text.len();
+                    let secs = started.elapsed().as_secs_f64();
+                    if secs > 0.2 {
+                        // Four bytes per token, as the core's own estimate.
+                        self.status.tokens_per_sec = Some(*chars as f64 / 4.0 / secs);
+                    }
+                }
+                if let Some(CellKind::Assistant { text: t, streaming: true }) = self.transcript.last_mut() {
+                    t.push_str(&text);
+                }
+            }
+            Event::AssistantMessage { text, .. } => {
+                self.stream = None;
+                let last_streaming =
+                    matches!(self.transcript.cells().next_back(), Some(CellKind::Assistant { streaming: true, .. }));
+                if last_streaming {
+                    if let Some(CellKind::Assistant { text: t, streaming }) = self.transcript.last_mut() {
+                        *t = text;
+                        *streaming = false;
+                    }
+                } else {
+                    self.transcript.push(CellKind::Assistant { text, streaming: false });
+                }
+            }
+            Event::ParseError { message, .. } => self.error(format!("the reply had no valid action: {message}")),
+            Event::ToolCallBegin { call_id, tool, args } => {
+                self.transcript.push(CellKind::Tool(ToolCell {
+                    call_id,
+                    tool,
+                    args,
+                    output: String::new(),
+                    status: ToolStatus::Running,
+                }));
+                self.transcript.scroll = 0;
+            }
+            Event::ToolCallOutput { call_id, chunk } => {
+                if let Some(t) = self.transcript.tool_mut(&call_id) {
+                    t.output.push_str(&chunk);
+                }
+            }
+            Event::ToolCallEnd { call_id, tool, exit_code, observation, duration_ms, timed_out } => {
+                // The core words these outcomes only in the observation.
+                let denied = observation.contains("the user denied this action");
+                let interrupted = observation.contains("[interrupted by the user");
+                if let Some(t) = self.transcript.tool_mut(&call_id) {
+                    t.output = observation.clone();
+                    t.status = if denied {
+                        ToolStatus::Denied
+                    } else if interrupted {
+                        ToolStatus::Interrupted
+                    } else {
+                        ToolStatus::Done { exit_code, duration_ms, timed_out }
+                    };
+                }
+                if tool == "todo" {
+                    self.last_todo = Some(observation);
+                }
+                // `finish` ends the user's turn; the core sends nothing else for it.
+                if tool == "finish" {
+                    self.idle();
+                }
+            }
+            Event::ApprovalRequest { call_id, tool, args } => {
+                if self.auto_approved(&tool) {
+                    effects.push(Effect::Op(Op::Approval { call_id, decision: ApprovalDecision::Approve }));
+                } else {
+                    self.set_tool_status(&call_id, ToolStatus::AwaitingApproval);
+                    self.approval = Some(PendingApproval { call_id, tool, args });
+                }
+            }
+            Event::TokenUsage { last, total, decode_tokens_per_sec, turn } => {
+                self.status.context_used = last.prompt_tokens + last.completion_tokens;
+                self.status.total = total;
+                self.status.turns = self.status.turns.max(turn);
+                if decode_tokens_per_sec.is_some() {
+                    self.status.tokens_per_sec = decode_tokens_per_sec;
+                }
+            }
+            Event::Interrupted => {
+                self.idle();
+                self.info("interrupted");
+            }
+            Event::Notice { message } => {
+                // "stopped: …" is how the core reports a turn that ended by a limit.
+                if message.starts_with("stopped:") {
+                    self.idle();
+                }
+                self.info(message);
+            }
+            Event::Error { message, fatal } => {
+                if fatal {
+                    self.idle();
+                }
+                self.error(message);
+            }
+            Event::EpisodeEnd { reason, .. } => {
+                self.idle();
+                if reason != agent_protocol::EndReason::Shutdown {
+                    self.info(format!(
+                        "the session ended ({}); the next message starts a fresh one",
+                        reason.describe()
+                    ));
+                }
+            }
+        }
+        effects
+    }
+}
+
+#[cfg(test)]
+#[path = "app_tests.rs"]
+mod tests;

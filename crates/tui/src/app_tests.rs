@@ -1,0 +1,187 @@
+//! Unit tests of the UI state machine.
+
+use super::*;
+
+fn app() -> App {
+    App::new(AppConfig {
+        model: "scripted:test".into(),
+        workspace: "/home/me/project".into(),
+        approval: ApprovalMode::Ask,
+        context_tokens: 32_768,
+        files: vec!["src/main.rs".into()],
+    })
+}
+
+fn key(code: KeyCode) -> KeyEvent {
+    KeyEvent::new(code, KeyModifiers::NONE)
+}
+
+fn ctrl(c: char) -> KeyEvent {
+    KeyEvent::new(KeyCode::Char(c), KeyModifiers::CONTROL)
+}
+
+fn type_text(app: &mut App, s: &str) {
+    for c in s.chars() {
+        app.on_key(key(KeyCode::Char(c)));
+    }
+}
+
+#[test]
+fn enter_sends_a_user_turn_and_ctrl_j_adds_a_line() {
+    let mut a = app();
+    type_text(&mut a, "hi");
+    a.on_key(ctrl('j'));
+    type_text(&mut a, "there");
+    let fx = a.on_key(key(KeyCode::Enter));
+    assert_eq!(fx, vec![Effect::Op(Op::UserTurn { text: "hi\nthere".into() })]);
+    assert!(a.busy);
+    assert!(a.composer.is_empty());
+}
+
+#[test]
+fn esc_interrupts_only_while_busy_and_ctrl_c_twice_quits() {
+    let mut a = app();
+    assert!(a.on_key(key(KeyCode::Esc)).is_empty());
+    a.busy = true;
+    assert_eq!(a.on_key(key(KeyCode::Esc)), vec![Effect::Op(Op::Interrupt)]);
+    a.busy = false;
+    type_text(&mut a, "draft");
+    assert!(a.on_key(ctrl('c')).is_empty());
+    assert!(a.composer.is_empty(), "the first Ctrl+C clears the input");
+    assert_eq!(a.on_key(ctrl('c')), vec![Effect::Quit]);
+}
+
+#[test]
+fn approvals_follow_the_mode() {
+    let mut a = app();
+    let req = |id: &str, tool: &str| Event::ApprovalRequest {
+        call_id: id.into(),
+        tool: tool.into(),
+        args: serde_json::json!({"cmd": "ls"}),
+    };
+    a.on_core(Event::ToolCallBegin {
+        call_id: "1.1".into(),
+        tool: "bash".into(),
+        args: serde_json::json!({"cmd": "ls"}),
+    });
+    assert!(a.on_core(req("1.1", "bash")).is_empty());
+    assert!(a.approval.is_some());
+    let fx = a.on_key(key(KeyCode::Char('a')));
+    assert_eq!(fx, vec![Effect::Op(Op::Approval { call_id: "1.1".into(), decision: ApprovalDecision::Approve })]);
+    // "always" covers the next bash call.
+    assert_eq!(
+        a.on_core(req("1.2", "bash")),
+        vec![Effect::Op(Op::Approval { call_id: "1.2".into(), decision: ApprovalDecision::Approve })]
+    );
+    a.on_key(key(KeyCode::BackTab));
+    assert_eq!(a.mode, ApprovalMode::AutoEdit);
+    assert_eq!(a.on_core(req("1.3", "file")).len(), 1);
+    a.mode = ApprovalMode::Ask;
+    a.on_core(req("1.4", "file"));
+    assert_eq!(
+        a.on_key(key(KeyCode::Char('n'))),
+        vec![Effect::Op(Op::Approval { call_id: "1.4".into(), decision: ApprovalDecision::Deny })]
+    );
+}
+
+#[test]
+fn bang_runs_a_shell_command_and_slash_opens_the_popup() {
+    let mut a = app();
+    type_text(&mut a, "!ls -la");
+    let fx = a.on_key(key(KeyCode::Enter));
+    assert_eq!(fx, vec![Effect::Shell { id: "!1".into(), cmd: "ls -la".into() }]);
+    type_text(&mut a, "/co");
+    assert_eq!(a.popup.as_ref().map(|p| p.items.len()), Some(2));
+    a.on_key(key(KeyCode::Down));
+    a.on_key(key(KeyCode::Tab));
+    assert_eq!(a.composer.text(), "/cost ");
+    a.composer.clear();
+    type_text(&mut a, "read @src/m");
+    a.on_key(key(KeyCode::Tab));
+    assert_eq!(a.composer.text(), "read @src/main.rs ");
+}
+
+#[test]
+fn streaming_builds_one_assistant_cell_and_finish_ends_the_turn() {
+    let mut a = app();
+    a.user_turn("go".into());
+    a.on_core(Event::TurnStarted { turn: 1 });
+    a.on_core(Event::AssistantDelta { turn: 1, text: "Hello ".into() });
+    a.on_core(Event::AssistantDelta { turn: 1, text: "world".into() });
+    assert!(
+        matches!(a.transcript.cells().next_back(), Some(CellKind::Assistant { text, streaming: true }) if text == "Hello world")
+    );
+    a.on_core(Event::AssistantMessage { turn: 1, text: "Hello world".into() });
+    a.on_core(Event::ToolCallBegin {
+        call_id: "1.1".into(),
+        tool: "finish".into(),
+        args: serde_json::json!({"message": "ok"}),
+    });
+    assert!(a.busy);
+    a.on_core(Event::ToolCallEnd {
+        call_id: "1.1".into(),
+        tool: "finish".into(),
+        exit_code: Some(0),
+        observation: String::new(),
+        duration_ms: 1,
+        timed_out: false,
+    });
+    assert!(!a.busy);
+}
+
+#[test]
+fn shell_results_reach_the_model_with_the_next_message() {
+    let mut a = app();
+    type_text(&mut a, "!ls");
+    a.on_key(key(KeyCode::Enter));
+    a.shell_done("!1", "a.txt\n".into(), Some(0), 5);
+    let fx = a.user_turn("what is there?".into());
+    match &fx[..] {
+        [Effect::Op(Op::UserTurn { text })] => {
+            assert!(
+                text.contains("I ran `ls`") && text.contains("a.txt") && text.ends_with("what is there?"),
+                "{text}"
+            );
+            assert_eq!(strip_shell_notes(text), "what is there?");
+        }
+        other => panic!("{other:?}"),
+    }
+    // Only once.
+    assert_eq!(a.user_turn("again".into()), vec![Effect::Op(Op::UserTurn { text: "again".into() })]);
+}
+
+#[test]
+fn replaying_a_saved_session_rebuilds_the_transcript() {
+    use crate::store::Record;
+    let mut a = app();
+    let records = vec![
+        Record::Meta { id: "x".into(), cwd: "/w".into(), model: "m".into(), started_unix: 0 },
+        Record::User { text: "hello".into() },
+        Record::Event { event: Event::AssistantMessage { turn: 1, text: "Hi there.".into() } },
+        Record::Event {
+            event: Event::ToolCallBegin {
+                call_id: "1.1".into(),
+                tool: "bash".into(),
+                args: serde_json::json!({"cmd": "ls"}),
+            },
+        },
+        Record::Event {
+            event: Event::ToolCallEnd {
+                call_id: "1.1".into(),
+                tool: "bash".into(),
+                exit_code: Some(0),
+                observation: "<bash_output>\nfile\n</bash_output>".into(),
+                duration_ms: 3,
+                timed_out: false,
+            },
+        },
+    ];
+    crate::runner::replay(&mut a, &records);
+    let cells: Vec<&CellKind> = a.transcript.cells().collect();
+    assert!(matches!(cells[1], CellKind::User { text } if text == "hello"));
+    assert!(matches!(cells[2], CellKind::Assistant { text, streaming: false } if text == "Hi there."));
+    assert!(
+        matches!(cells[3], CellKind::Tool(t) if t.status == ToolStatus::Done { exit_code: Some(0), duration_ms: 3, timed_out: false })
+    );
+    assert!(!a.busy);
+}

@@ -1,0 +1,35 @@
+//! The interactive terminal UI (ratatui + crossterm). It is a client of the core: it
+//! sends [`agent_protocol::Op`]s and shows [`agent_protocol::Event`]s, nothing else.
+//!
+//! [`app`] holds the state and turns keys and events into effects, [`view`] draws it,
+//! [`runner`] connects it to the terminal, the core and the sandbox.
+
+pub mod app;
+pub mod cell;
+mod commands;
+pub mod composer;
+mod diff;
+mod highlight;
+mod markdown;
+pub mod perf;
+pub mod popup;
+mod reply;
+pub mod runner;
+pub mod store;
+pub mod terminal;
+pub mod transcript;
+pub mod view;
+mod wrap;
+
+#[cfg(test)]
+mod snapshots;
+
+pub use app::{App, AppConfig, Effect};
+pub use runner::{run, TuiContext};
+
+/// Errors that stop the UI.
+#[derive(Debug, thiserror::Error)]
+pub enum TuiError {
+    #[error("the terminal failed: {0}")]
+    Terminal(std::io::Error),
+}

@@ -1,0 +1,378 @@
+//! The UI's event loop: terminal input, core events and `!cmd` results in; frames,
+//! ops, session restarts and the session file out.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use ratatui::crossterm::event::Event as TermEvent;
+use tokio::signal::unix::{signal, SignalKind};
+use tokio::sync::mpsc::{unbounded_channel, UnboundedSender};
+
+use agent_core::episode::{spawn_session, SessionConfig, SessionHandle, ToolExecutor};
+use agent_core::llm::{resolve_model, ModelBackend, ModelSpec, ResolveOptions};
+use agent_core::tools::ToolFormat;
+use agent_core::tools::ToolSpecs;
+use agent_protocol::{Event, Op};
+use agent_sandbox::{sanitize, Sandbox};
+
+use super::app::{App, AppConfig, ContainerState, Effect};
+use super::store::{self, Record, SessionWriter};
+use super::terminal::{Input, TerminalGuard};
+use super::view::draw;
+use super::TuiError;
+
+/// How long a `!cmd` may run.
+const SHELL_TIMEOUT: Duration = Duration::from_secs(300);
+/// How long a session gets to end after `Op::Shutdown`.
+const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
+
+/// Everything the UI needs: the sandbox, the model and a session template.
+pub struct TuiContext {
+    pub sandbox: Sandbox,
+    /// Template for each session (its approval mode is ignored: the UI decides).
+    pub session: SessionConfig,
+    pub model: Arc<dyn ModelBackend>,
+    pub resolve: ResolveOptions,
+    pub specs: ToolSpecs,
+    pub app: AppConfig,
+    /// Where session files go (`None`: not saved).
+    pub sessions_dir: Option<PathBuf>,
+    /// A saved session to continue: its id and records.
+    pub resume: Option<(String, Vec<Record>)>,
+    pub max_output: usize,
+    /// The action format asked for; each session resolves it against its model (a
+    /// `/model` switch may change it).
+    pub tool_format: ToolFormat,
+    /// The system prompt for the native format (`session.system_prompt` is the text one).
+    pub native_prompt: String,
+}
+
+/// A finished `!cmd`.
+struct ShellResult {
+    id: String,
+    output: String,
+    exit_code: Option<i64>,
+    duration_ms: u64,
+}
+
+struct Runner {
+    ctx: TuiContext,
+    app: App,
+    core: Option<SessionHandle>,
+    base_prompt: String,
+    episode: u32,
+    writer: Option<SessionWriter>,
+    shell_tx: UnboundedSender<ShellResult>,
+}
+
+/// Replays saved records into the UI (the transcript of a resumed session).
+pub fn replay(app: &mut App, records: &[Record]) {
+    for r in records {
+        match r {
+            Record::User { text } => {
+                let shown = super::app::strip_shell_notes(text).to_string();
+                app.transcript.push(super::cell::CellKind::User { text: shown });
+            }
+            Record::Event { event } => {
+                let _ = app.on_core(event.clone());
+            }
+            Record::Meta { .. } => {}
+        }
+    }
+    app.busy = false;
+    app.approval = None;
+}
+
+impl Runner {
+    fn start_session(&mut self, executor: ToolExecutor, extra_prompt: &str) {
+        self.episode += 1;
+        let mut cfg = self.ctx.session.clone();
+        // The UI answers approval requests itself according to its mode, so the core
+        // asks for everything that any mode may want to confirm.
+        cfg.approval = agent_protocol::ApprovalMode::Ask;
+        cfg.end_after_first_task = false;
+        cfg.episode_id = format!("{}-{}", &cfg.run_id[..cfg.run_id.len().min(12)], self.episode);
+        cfg.model_name = self.ctx.model.name();
+        // A model that cannot take native tools falls back to the text format here; the
+        // front end refused an impossible `--tool-format native` before the UI opened.
+        cfg.tool_format =
+            self.ctx.tool_format.resolve(&cfg.model_name, self.ctx.model.native_tools()).unwrap_or(ToolFormat::Text);
+        let base = if cfg.tool_format == ToolFormat::Native { &self.ctx.native_prompt } else { &self.base_prompt };
+        cfg.system_prompt = format!("{base}{extra_prompt}");
+        self.core = Some(spawn_session(cfg, self.ctx.model.clone(), self.ctx.specs.clone(), executor));
+    }
+
+    /// Ends the running session and returns its executor (the shell and sandbox live on).
+    async fn stop_session(&mut self) -> Option<ToolExecutor> {
+        let mut core = self.core.take()?;
+        let _ = core.ops.send(Op::Shutdown);
+        let drain = async {
+            while let Some(ev) = core.events.recv().await {
+                self.record_event(&ev);
+                let _ = self.app.on_core(ev);
+            }
+        };
+        let _ = tokio::time::timeout(SHUTDOWN_GRACE, drain).await;
+        match tokio::time::timeout(SHUTDOWN_GRACE, &mut core.join).await {
+            Ok(Ok((_, executor))) => Some(executor),
+            _ => {
+                core.join.abort();
+                None
+            }
+        }
+    }
+
+    fn record(&mut self, record: &Record) {
+        if let Some(w) = &mut self.writer {
+            if let Err(e) = w.append(record) {
+                self.writer = None;
+                self.app.error(format!("{e}; this session is no longer saved"));
+            }
+        }
+    }
+
+    fn record_event(&mut self, ev: &Event) {
+        if store::keep(ev) {
+            self.record(&Record::Event { event: ev.clone() });
+        }
+    }
+
+    fn redraw(&mut self, guard: &mut TerminalGuard) -> Result<(), TuiError> {
+        guard.terminal.draw(|f| draw(f, &mut self.app)).map_err(TuiError::Terminal)?;
+        Ok(())
+    }
+
+    async fn restart(
+        &mut self,
+        model: Option<String>,
+        extra_prompt: String,
+        guard: &mut TerminalGuard,
+    ) -> Result<(), TuiError> {
+        self.app.status.container = ContainerState::Restarting;
+        self.redraw(guard)?;
+        if let Some(spec) = model {
+            match ModelSpec::parse(&spec) {
+                Ok(parsed) => match resolve_model(&parsed, &self.ctx.resolve).await {
+                    Ok(m) => {
+                        self.ctx.model = m;
+                        self.app.status.model = self.ctx.model.name();
+                    }
+                    Err(e) => self.app.error(format!("cannot load {spec}: {e}")),
+                },
+                Err(e) => self.app.error(e.to_string()),
+            }
+        }
+        match self.stop_session().await {
+            Some(executor) => {
+                self.start_session(executor, &extra_prompt);
+                self.app.status.container = ContainerState::Running(self.ctx.sandbox.name().to_string());
+            }
+            None => {
+                self.app.error("the session did not stop; restart the UI to get a fresh one");
+                self.app.status.container = ContainerState::Running(self.ctx.sandbox.name().to_string());
+            }
+        }
+        Ok(())
+    }
+
+    fn run_shell(&self, id: String, cmd: String) {
+        let sandbox = self.ctx.sandbox.clone();
+        let tx = self.shell_tx.clone();
+        let max = self.ctx.max_output;
+        tokio::spawn(async move {
+            let started = Instant::now();
+            let res = sandbox.exec(&["bash", "-c", cmd.as_str()], Some("/workspace"), SHELL_TIMEOUT, max).await;
+            let (output, exit_code) = match res {
+                Ok(out) => {
+                    let mut text = sanitize(&out.stdout);
+                    text.push_str(&sanitize(&out.stderr));
+                    (text, out.exit_code)
+                }
+                Err(e) => (format!("error: {e}"), None),
+            };
+            let _ = tx.send(ShellResult { id, output, exit_code, duration_ms: started.elapsed().as_millis() as u64 });
+        });
+    }
+
+    /// Carries out effects; returns whether the UI should quit.
+    async fn apply(&mut self, effects: Vec<Effect>, guard: &mut TerminalGuard) -> Result<bool, TuiError> {
+        for effect in effects {
+            match effect {
+                Effect::Op(op) => {
+                    if let Op::UserTurn { text } = &op {
+                        // The end-to-end tests prove that a panic still restores the
+                        // terminal and removes the container; this is how they cause one.
+                        if std::env::var_os("AGENT_TUI_TEST_PANIC")
+                            .is_some_and(|v| v == super::app::strip_shell_notes(text))
+                        {
+                            panic!("panic requested through AGENT_TUI_TEST_PANIC");
+                        }
+                        self.record(&Record::User { text: text.clone() });
+                        if self.core.is_none() {
+                            // The last session ended (an error or a limit): start afresh.
+                            self.restart(None, String::new(), guard).await?;
+                        }
+                    }
+                    let sent = self.core.as_ref().map(|c| c.ops.send(op.clone()).is_ok()).unwrap_or(false);
+                    if !sent && matches!(op, Op::UserTurn { .. }) {
+                        self.app.error("the session is not running; the message was not sent");
+                        self.app.busy = false;
+                    }
+                }
+                Effect::Shell { id, cmd } => self.run_shell(id, cmd),
+                Effect::Restart { model } => self.restart(model, String::new(), guard).await?,
+                Effect::ListSessions => self.list_sessions(),
+                Effect::Resume { id } => self.resume(&id, guard).await?,
+                Effect::Quit => return Ok(true),
+            }
+        }
+        Ok(false)
+    }
+
+    fn list_sessions(&mut self) {
+        let Some(dir) = &self.ctx.sessions_dir else {
+            self.app.error("sessions are not saved (no user data directory)");
+            return;
+        };
+        let sessions = store::list(dir);
+        if sessions.is_empty() {
+            self.app.info("no saved sessions");
+            return;
+        }
+        let mut text = String::from("saved sessions (newest first; /resume ID):");
+        for s in sessions.iter().take(15) {
+            text.push_str(&format!("\n  {}  {}  {}", s.id, s.cwd, s.title));
+        }
+        self.app.info(text);
+    }
+
+    async fn resume(&mut self, id: &str, guard: &mut TerminalGuard) -> Result<(), TuiError> {
+        let Some(dir) = self.ctx.sessions_dir.clone() else {
+            self.app.error("sessions are not saved (no user data directory)");
+            return Ok(());
+        };
+        let loaded = store::find(&dir, id).and_then(|s| store::read(&s.path).map(|r| (s.id, r)));
+        match loaded {
+            Ok((sid, records)) => {
+                self.app.transcript.clear();
+                replay(&mut self.app, &records);
+                for r in records.iter().filter(|r| !matches!(r, Record::Meta { .. })) {
+                    self.record(r);
+                }
+                self.app.info(format!(
+                    "resumed session {sid}; the sandbox keeps running, the model was given the earlier conversation"
+                ));
+                let extra = store::resume_context(&sid, &records);
+                self.restart(None, extra, guard).await?;
+            }
+            Err(e) => self.app.error(e.to_string()),
+        }
+        Ok(())
+    }
+
+    fn handle_term(&mut self, ev: TermEvent) -> Vec<Effect> {
+        match ev {
+            TermEvent::Key(k) => self.app.on_key(k),
+            TermEvent::Paste(text) => {
+                self.app.on_paste(&text);
+                Vec::new()
+            }
+            _ => Vec::new(),
+        }
+    }
+}
+
+/// Runs the UI until the user quits or a signal comes (its number is returned); the
+/// caller removes the sandbox afterwards.
+pub async fn run(mut ctx: TuiContext, executor: ToolExecutor) -> Result<Option<i32>, TuiError> {
+    let mut sigterm = signal(SignalKind::terminate()).map_err(TuiError::Terminal)?;
+    let mut sighup = signal(SignalKind::hangup()).map_err(TuiError::Terminal)?;
+    let mut sigint = signal(SignalKind::interrupt()).map_err(TuiError::Terminal)?;
+    let base_prompt = ctx.session.system_prompt.clone();
+    let resume = ctx.resume.take();
+    let (shell_tx, mut shell_rx) = unbounded_channel();
+    let session_id = uuid::Uuid::new_v4().simple().to_string()[..12].to_string();
+    let mut app = App::new(ctx.app.clone());
+    let mut writer = None;
+    if let Some(dir) = &ctx.sessions_dir {
+        match SessionWriter::create(dir, &session_id, &ctx.app.workspace, &ctx.model.name()) {
+            Ok(w) => writer = Some(w),
+            Err(e) => app.error(format!("{e}; this session is not saved")),
+        }
+    }
+    let mut runner = Runner { ctx, app, core: None, base_prompt, episode: 0, writer, shell_tx };
+    let mut extra = String::new();
+    if let Some((id, records)) = &resume {
+        replay(&mut runner.app, records);
+        for r in records.iter().filter(|r| !matches!(r, Record::Meta { .. })) {
+            runner.record(r);
+        }
+        runner.app.info(format!("resumed session {id} in a new sandbox; the model was told what was lost"));
+        extra = store::resume_context(id, records);
+    }
+    runner.start_session(executor, &extra);
+    let mut guard = TerminalGuard::enter().map_err(TuiError::Terminal)?;
+    let mut input = Input::start();
+    let mut tick = tokio::time::interval(Duration::from_millis(250));
+    let mut signalled = None;
+    loop {
+        runner.redraw(&mut guard)?;
+        let mut effects = Vec::new();
+        tokio::select! {
+            ev = input.events.recv() => match ev {
+                Some(ev) => effects.extend(runner.handle_term(ev)),
+                None => break,
+            },
+            ev = async { match &mut runner.core { Some(c) => c.events.recv().await, None => std::future::pending().await } } => match ev {
+                Some(ev) => {
+                    runner.record_event(&ev);
+                    effects.extend(runner.app.on_core(ev));
+                }
+                None => {
+                    // The session ended by itself; a later message starts a new one.
+                    if let Some(executor) = runner.stop_session().await {
+                        runner.start_session(executor, "");
+                    }
+                }
+            },
+            Some(r) = shell_rx.recv() => runner.app.shell_done(&r.id, r.output, r.exit_code, r.duration_ms),
+            _ = sigterm.recv() => {
+                signalled = Some(libc::SIGTERM);
+                break;
+            }
+            _ = sighup.recv() => {
+                signalled = Some(libc::SIGHUP);
+                break;
+            }
+            _ = sigint.recv() => {
+                signalled = Some(libc::SIGINT);
+                break;
+            }
+            _ = tick.tick() => {}
+        }
+        // Take everything already waiting before drawing again, so that a fast stream
+        // costs one frame per batch, not one per delta.
+        while let Ok(ev) = input.events.try_recv() {
+            effects.extend(runner.handle_term(ev));
+        }
+        if let Some(core) = &mut runner.core {
+            let mut batch = Vec::new();
+            while let Ok(ev) = core.events.try_recv() {
+                batch.push(ev);
+            }
+            for ev in batch {
+                runner.record_event(&ev);
+                effects.extend(runner.app.on_core(ev));
+            }
+        }
+        if runner.apply(effects, &mut guard).await? || runner.app.should_quit {
+            break;
+        }
+    }
+    runner.app.status.container = ContainerState::Removed;
+    drop(input);
+    drop(guard);
+    let _ = runner.stop_session().await;
+    Ok(signalled)
+}

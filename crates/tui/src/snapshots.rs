@@ -1,0 +1,191 @@
+//! Snapshot tests of whole screens on ratatui's test backend.
+
+use insta::assert_snapshot;
+use ratatui::backend::TestBackend;
+use ratatui::crossterm::event::{KeyCode, KeyEvent, KeyModifiers};
+use ratatui::Terminal;
+use serde_json::json;
+
+use agent_protocol::{ApprovalMode, Event, TokenUsage};
+
+use super::app::{App, AppConfig};
+use super::view::draw;
+
+fn app(mode: ApprovalMode) -> App {
+    let mut a = App::new(AppConfig {
+        model: "scripted:/tmp/demo.yaml".into(),
+        workspace: "/home/dev/project".into(),
+        approval: mode,
+        context_tokens: 32_768,
+        files: vec!["src/main.rs".into(), "src/lib.rs".into()],
+    });
+    a.on_core(Event::SessionConfigured {
+        run_id: "r".into(),
+        model: "scripted:/tmp/demo.yaml".into(),
+        image: "agent-base:bookworm".into(),
+        container: "agent-r-1".into(),
+    });
+    a
+}
+
+fn screen(a: &mut App, w: u16, h: u16) -> TestBackend {
+    let mut term = Terminal::new(TestBackend::new(w, h)).unwrap();
+    term.draw(|f| draw(f, a)).unwrap();
+    term.backend().clone()
+}
+
+fn type_text(a: &mut App, s: &str) {
+    for c in s.chars() {
+        a.on_key(KeyEvent::new(KeyCode::Char(c), KeyModifiers::NONE));
+    }
+}
+
+fn text_of(b: &TestBackend) -> String {
+    b.to_string()
+}
+
+#[test]
+fn empty_start_screen() {
+    let mut a = app(ApprovalMode::Auto);
+    let b = screen(&mut a, 80, 16);
+    assert!(text_of(&b).contains("workspace  /home/dev/project → /workspace"));
+    assert_snapshot!("start_screen", b);
+}
+
+#[test]
+fn streamed_answer_with_a_code_block() {
+    let mut a = app(ApprovalMode::Auto);
+    a.user_turn("How do I print in Rust?".into());
+    a.on_core(Event::TurnStarted { turn: 1 });
+    for piece in [
+        "# Printing\n\nUse the ",
+        "`println!` macro:\n\n",
+        "```rust\nfn main() {\n",
+        "    println!(\"hi\");\n}\n```\n",
+        "\n- it adds a newline\n- `print!` does not",
+    ] {
+        a.on_core(Event::AssistantDelta { turn: 1, text: piece.into() });
+    }
+    let b = screen(&mut a, 80, 22);
+    let t = text_of(&b);
+    assert!(t.contains("╭─ rust") && t.contains("println!(\"hi\");") && t.contains("• it adds a newline"), "{t}");
+    assert!(t.contains("working"), "the composer shows that a turn runs");
+    assert_snapshot!("streamed_answer", b);
+}
+
+fn bash_call(a: &mut App, id: &str, cmd: &str) {
+    a.on_core(Event::ToolCallBegin { call_id: id.into(), tool: "bash".into(), args: json!({ "cmd": cmd }) });
+}
+
+#[test]
+fn running_and_finished_bash_cells() {
+    let mut a = app(ApprovalMode::Auto);
+    a.user_turn("build it".into());
+    a.on_core(Event::TurnStarted { turn: 1 });
+    a.on_core(Event::AssistantMessage { turn: 1, text: "Building.\n<bash>\ncmd: make\n</bash>".into() });
+    bash_call(&mut a, "1.1", "make");
+    let out: String = (1..=20).map(|i| format!("cc -c file{i}.c\n")).collect();
+    a.on_core(Event::ToolCallEnd {
+        call_id: "1.1".into(),
+        tool: "bash".into(),
+        exit_code: Some(0),
+        observation: format!("<bash_output>\n{out}</bash_output>"),
+        duration_ms: 2300,
+        timed_out: false,
+    });
+    bash_call(&mut a, "1.2", "sleep 300");
+    a.on_core(Event::ToolCallOutput { call_id: "1.2".into(), chunk: "waiting...\n".into() });
+    let b = screen(&mut a, 80, 24);
+    let t = text_of(&b);
+    assert!(t.contains("… 12 more lines (Ctrl+O to expand)") && t.contains("exit 0 · 2.3s"), "{t}");
+    assert!(t.contains("running… (Esc to interrupt)") && t.contains("waiting..."), "{t}");
+    assert_snapshot!("bash_cells", b);
+    // Ctrl+O unfolds the output.
+    a.on_key(KeyEvent::new(KeyCode::Char('o'), KeyModifiers::CONTROL));
+    let t = text_of(&screen(&mut a, 80, 40));
+    assert!(t.contains("cc -c file1.c") && !t.contains("more lines"), "{t}");
+}
+
+#[test]
+fn edit_diff() {
+    let mut a = app(ApprovalMode::Auto);
+    a.on_core(Event::ToolCallBegin {
+        call_id: "2.1".into(),
+        tool: "file".into(),
+        args: json!({"action": "edit", "path": "/workspace/src/main.rs", "old_string": "fn main() {\n    println!(\"hello\");\n}\n", "new_string": "fn main() {\n    println!(\"hello, world\");\n}\n"}),
+    });
+    a.on_core(Event::ToolCallEnd {
+        call_id: "2.1".into(),
+        tool: "file".into(),
+        exit_code: Some(0),
+        observation: "<file_output>\nedited /workspace/src/main.rs\n</file_output>".into(),
+        duration_ms: 40,
+        timed_out: false,
+    });
+    let b = screen(&mut a, 80, 16);
+    let t = text_of(&b);
+    assert!(t.contains("-     println!(\"hello\");") && t.contains("+     println!(\"hello, world\");"), "{t}");
+    assert_snapshot!("edit_diff", b);
+}
+
+#[test]
+fn approval_prompt() {
+    let mut a = app(ApprovalMode::Ask);
+    a.user_turn("clean up".into());
+    bash_call(&mut a, "1.1", "rm -rf build/");
+    a.on_core(Event::ApprovalRequest {
+        call_id: "1.1".into(),
+        tool: "bash".into(),
+        args: json!({"cmd": "rm -rf build/"}),
+    });
+    let b = screen(&mut a, 80, 14);
+    let t = text_of(&b);
+    assert!(
+        t.contains("allow bash?") && t.contains("run `rm -rf build/`") && t.contains("waiting for approval"),
+        "{t}"
+    );
+    assert_snapshot!("approval_prompt", b);
+}
+
+#[test]
+fn slash_popup() {
+    let mut a = app(ApprovalMode::Auto);
+    type_text(&mut a, "/");
+    let b = screen(&mut a, 80, 20);
+    let t = text_of(&b);
+    assert!(t.contains("/help") && t.contains("/quit") && t.contains("/compact"), "{t}");
+    assert_snapshot!("slash_popup", b);
+}
+
+#[test]
+fn narrow_layout_of_40_columns() {
+    let mut a = app(ApprovalMode::AutoEdit);
+    a.user_turn("Show the files, please, with sizes and 日本語 names".into());
+    a.on_core(Event::TurnStarted { turn: 1 });
+    a.on_core(Event::AssistantMessage {
+        turn: 1,
+        text: "Listing the **workspace** now; this line is long enough to wrap.\n<bash>\ncmd: ls -la\n</bash>".into(),
+    });
+    bash_call(&mut a, "1.1", "ls -la /workspace/some/deeply/nested/directory");
+    a.on_core(Event::ToolCallEnd {
+        call_id: "1.1".into(),
+        tool: "bash".into(),
+        exit_code: Some(2),
+        observation: "<bash_output>\nls: cannot access '/workspace/some/deeply/nested/directory': No such file or directory\n</bash_output>".into(),
+        duration_ms: 15,
+        timed_out: false,
+    });
+    a.on_core(Event::TokenUsage {
+        turn: 1,
+        last: TokenUsage { prompt_tokens: 2900, completion_tokens: 100 },
+        total: TokenUsage { prompt_tokens: 2900, completion_tokens: 100 },
+        decode_tokens_per_sec: None,
+    });
+    type_text(&mut a, "next: a message long enough to wrap in the box");
+    let b = screen(&mut a, 40, 26);
+    let t = text_of(&b);
+    assert!(t.contains("日本語") && t.contains("exit 2"), "{t}");
+    // The status line does not fit in 40 columns and is cut, not wrapped.
+    assert!(t.contains("…\""), "{t}");
+    assert_snapshot!("narrow_40_columns", b);
+}
