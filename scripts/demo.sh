@@ -8,8 +8,20 @@ cd "$(dirname "$0")/.."
 source scripts/env.sh
 scripts/setup.sh
 model="${AGENT_MODEL:-default}"
-out="$(mktemp -d "${TMPDIR:-/tmp}/agent-demo.XXXXXX")"
-"$AGENT_BIN" bench ../shared/tb1-tasks/hello-world --model "$model" --output "$out" "$@"
+# The results folder: the caller's `--output DIR`, else a new temporary one.
+out=""
+args=("$@")
+for i in "${!args[@]}"; do
+  case "${args[$i]}" in
+    --output) out="${args[$((i + 1))]:-}" ;;
+    --output=*) out="${args[$i]#--output=}" ;;
+  esac
+done
+if [ -z "$out" ]; then
+  out="$(mktemp -d "${TMPDIR:-/tmp}/agent-demo.XXXXXX")"
+  set -- --output "$out" "$@"
+fi
+"$AGENT_BIN" bench ../shared/tb1-tasks/hello-world --model "$model" "$@"
 if grep -q '"resolved": true' "$out/results.json" 2>/dev/null; then
   echo "✓ the model $model resolved hello-world: the task's tests ran and passed"
 else

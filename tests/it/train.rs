@@ -42,14 +42,20 @@ fn uninterrupted_run() -> &'static PathBuf {
 
 /// The full demonstration (acceptance 1 of the trainer's issue): the shipped preset, its
 /// warm start, GRPO with rewards from the toy tasks' pytest runs in real containers, and
-/// fresh evaluation rollouts before and after.
+/// fresh evaluation rollouts before and after. The binary runs as `cargo install` leaves
+/// it, from a temporary directory with an empty cache: the preset and its toy tasks come
+/// from inside the binary.
 #[tokio::test(flavor = "multi_thread")]
 async fn cpu_tiny_preset_learns_with_real_containers() {
     support::docker().await;
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("run");
     let started = Instant::now();
-    let o = train_cmd("cpu-tiny", &out).output().unwrap();
+    let o = support::installed(dir.path())
+        .args(["train", "--preset", "cpu-tiny", "--no-progress", "--out"])
+        .arg(&out)
+        .output()
+        .unwrap();
     let stderr = String::from_utf8_lossy(&o.stderr);
     assert!(o.status.success(), "agent train failed: {stderr}");
     eprintln!("{stderr}\ncpu-tiny took {:.0} s", started.elapsed().as_secs_f64());
