@@ -16,6 +16,7 @@ pub mod rollout;
 pub mod run;
 pub mod setup;
 pub mod sft;
+mod step;
 #[cfg(test)]
 mod toy_sim;
 pub mod update;

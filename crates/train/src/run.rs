@@ -4,7 +4,6 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::Instant;
 
 use agent_sandbox::Engine;
 use indicatif::{ProgressBar, ProgressStyle};
@@ -18,14 +17,13 @@ use super::grpo::{group_advantages, is_degenerate};
 use super::metrics::{MetricsLog, StepMetrics};
 use super::model::{peft, LoraSettings, Qwen3, TrainMode};
 use super::optim::AdamW;
-use super::parallel::SingleRank;
-use super::plot::write_reward_svg;
 use super::preset::{Preset, RolloutEngine, TruncPolicy};
 use super::rollout::{
     MistralrsEngine, PolicySampling, Rollout, RolloutPlan, RolloutRunner, RolloutSampler, RolloutStatus, Sampler,
 };
 use super::setup;
-use super::update::{grpo_update, Reference, Sample, UpdateSettings, UpdateStats};
+use super::step::StepLoop;
+use super::update::{Reference, Sample};
 use agent_bench::judge::{Judge, JudgeOptions, RewardWeights};
 use agent_core::config::Config;
 
@@ -219,127 +217,6 @@ pub async fn train(
     Ok(report)
 }
 
-/// What one training step needs, borrowed from the run.
-struct StepLoop<'a> {
-    preset: &'a Preset,
-    out: &'a Path,
-    log: &'a (dyn Fn(String) + Sync),
-    progress: bool,
-    runner: &'a RolloutRunner,
-    sampler: &'a dyn RolloutSampler,
-    policy: &'a Qwen3,
-    reference: Reference<'a>,
-    opt: &'a mut AdamW,
-    update: &'a UpdateSettings,
-    metrics: &'a mut MetricsLog,
-    metrics_path: &'a Path,
-    history: Vec<StepMetrics>,
-    checkpoints: &'a Checkpoints,
-    mode: &'a TrainMode,
-    start_dir: &'a Path,
-    bar: &'a ProgressBar,
-    steps: u64,
-}
-
-impl StepLoop<'_> {
-    /// One step, phase by phase: collect (rollouts in containers, each scored by its
-    /// task's tests and the judge as it ends) → advantages → update → log → checkpoint.
-    async fn step(&mut self, state: &mut CheckpointState) -> Result<(), TrainError> {
-        let step = state.step + 1;
-        let started = Instant::now();
-        let rollouts = self.collect(step).await;
-        let rollout_secs = started.elapsed().as_secs_f64();
-        let updating = Instant::now();
-        let (samples, mut m) = self.advantages(&rollouts);
-        let stats = self.update(step, &samples).await?;
-        m.step = step;
-        m.loss = stats.loss;
-        m.kl = stats.kl;
-        m.entropy = stats.entropy;
-        m.clip_frac = stats.clip_frac;
-        m.grad_norm = stats.grad_norm;
-        m.sampler_logp_diff = stats.sampler_logp_diff;
-        m.lr = self.preset.optim.lr;
-        m.model_tokens = stats.model_tokens;
-        m.rollout_secs = rollout_secs;
-        m.update_secs = updating.elapsed().as_secs_f64();
-        self.record(m)?;
-        state.step = step;
-        state.optimizer_step = self.opt.step;
-        state.tasks_drawn += self.preset.grpo.tasks_per_step as u64;
-        self.checkpoint(state)
-    }
-
-    /// Collect (and score): the step's groups of rollouts, run as bench trials.
-    async fn collect(&self, step: u64) -> Vec<Rollout> {
-        let plans = step_plans(self.preset, self.runner.tasks.len(), step);
-        let dir = self.out.join("rollouts").join(format!("step-{step:06}"));
-        let rbar = progress_bar(self.progress, plans.len() as u64, &format!("step {step} rollouts"));
-        let rollouts = self.runner.run(&plans, &dir, &|_| rbar.inc(1)).await;
-        rbar.finish_and_clear();
-        rollouts
-    }
-
-    /// Advantages: rewards normalised within each group, into training samples.
-    fn advantages(&self, rollouts: &[Rollout]) -> (Vec<Sample>, StepMetrics) {
-        build_samples(self.preset, rollouts, self.sampler.off_policy())
-    }
-
-    /// Update: the clipped policy-gradient steps, then the sampler takes the new weights.
-    async fn update(&mut self, step: u64, samples: &[Sample]) -> Result<UpdateStats, TrainError> {
-        let stats = if samples.is_empty() {
-            UpdateStats::default()
-        } else {
-            grpo_update(
-                self.policy,
-                self.reference,
-                self.opt,
-                samples,
-                &SingleRank,
-                self.update,
-                mix_seed(&[self.preset.seed, step, 7]),
-            )?
-        };
-        self.sampler.load_policy(self.policy).await?;
-        Ok(stats)
-    }
-
-    /// Log: `metrics.jsonl`, the reward plot, the progress bar or a line per step.
-    fn record(&mut self, m: StepMetrics) -> Result<(), TrainError> {
-        self.metrics
-            .append(&m)
-            .map_err(|e| TrainError::Other(format!("cannot write {}: {e}", self.metrics_path.display())))?;
-        self.history.push(m.clone());
-        let _ = write_reward_svg(&self.out.join("reward.svg"), &self.history, &self.preset.name);
-        self.bar.set_message(format!("reward {:.3} pass {:.0}%", m.reward_mean, m.pass_rate * 100.0));
-        self.bar.inc(1);
-        if !self.progress {
-            (self.log)(format!(
-                "step {}/{}: reward {:.3} ± {:.3}, pass {:.1}%, loss {:.4}, kl {:.4}, entropy {:.3}, kept {} groups, {:.1} s",
-                m.step,
-                self.steps,
-                m.reward_mean,
-                m.reward_std,
-                m.pass_rate * 100.0,
-                m.loss,
-                m.kl,
-                m.entropy,
-                m.groups_kept,
-                m.rollout_secs + m.update_secs
-            ) + &m.sampler_logp_diff.map(|d| format!(", sampler logp diff {d:.2e}")).unwrap_or_default());
-        }
-        Ok(())
-    }
-
-    /// Checkpoint: every `checkpoint.every` steps and after the last.
-    fn checkpoint(&self, state: &CheckpointState) -> Result<(), TrainError> {
-        if state.step.is_multiple_of(self.preset.checkpoint.every.max(1) as u64) || state.step == self.steps {
-            save_checkpoint(self.checkpoints, self.policy, self.opt, self.mode, self.start_dir, state)?;
-        }
-        Ok(())
-    }
-}
-
 /// The rollouts of step `step`: `tasks_per_step` tasks drawn from (seed, step), each
 /// with `group_size` members and their own seeds.
 pub fn step_plans(preset: &Preset, n_tasks: usize, step: u64) -> Vec<RolloutPlan> {
@@ -456,7 +333,7 @@ async fn evaluate(
     Ok(rate)
 }
 
-fn save_checkpoint(
+pub(crate) fn save_checkpoint(
     checkpoints: &Checkpoints,
     policy: &Qwen3,
     opt: &AdamW,
@@ -507,7 +384,7 @@ fn export_final(policy: &Qwen3, mode: &TrainMode, base: &Path, out: &Path) -> Re
     std::fs::rename(&tmp, &dest).map_err(|e| TrainError::io("rename", &tmp, e))
 }
 
-fn progress_bar(show: bool, len: u64, what: &str) -> ProgressBar {
+pub(crate) fn progress_bar(show: bool, len: u64, what: &str) -> ProgressBar {
     if !show {
         return ProgressBar::hidden();
     }

@@ -1,0 +1,140 @@
+//! One GRPO step as named phases: collect (rollouts run and scored) → advantages →
+//! update → log → checkpoint.
+
+use std::path::Path;
+use std::time::Instant;
+
+use indicatif::ProgressBar;
+
+use super::checkpoint::{CheckpointState, Checkpoints};
+use super::error::TrainError;
+use super::metrics::{MetricsLog, StepMetrics};
+use super::model::{Qwen3, TrainMode};
+use super::optim::AdamW;
+use super::parallel::SingleRank;
+use super::plot::write_reward_svg;
+use super::preset::Preset;
+use super::rollout::{Rollout, RolloutRunner, RolloutSampler};
+use super::run::{build_samples, mix_seed, progress_bar, save_checkpoint, step_plans};
+use super::update::{grpo_update, Reference, Sample, UpdateSettings, UpdateStats};
+
+/// What one training step needs, borrowed from the run.
+pub(crate) struct StepLoop<'a> {
+    pub(crate) preset: &'a Preset,
+    pub(crate) out: &'a Path,
+    pub(crate) log: &'a (dyn Fn(String) + Sync),
+    pub(crate) progress: bool,
+    pub(crate) runner: &'a RolloutRunner,
+    pub(crate) sampler: &'a dyn RolloutSampler,
+    pub(crate) policy: &'a Qwen3,
+    pub(crate) reference: Reference<'a>,
+    pub(crate) opt: &'a mut AdamW,
+    pub(crate) update: &'a UpdateSettings,
+    pub(crate) metrics: &'a mut MetricsLog,
+    pub(crate) metrics_path: &'a Path,
+    pub(crate) history: Vec<StepMetrics>,
+    pub(crate) checkpoints: &'a Checkpoints,
+    pub(crate) mode: &'a TrainMode,
+    pub(crate) start_dir: &'a Path,
+    pub(crate) bar: &'a ProgressBar,
+    pub(crate) steps: u64,
+}
+
+impl StepLoop<'_> {
+    /// One step, phase by phase: collect (rollouts in containers, each scored by its
+    /// task's tests and the judge as it ends) → advantages → update → log → checkpoint.
+    pub(crate) async fn step(&mut self, state: &mut CheckpointState) -> Result<(), TrainError> {
+        let step = state.step + 1;
+        let started = Instant::now();
+        let rollouts = self.collect(step).await;
+        let rollout_secs = started.elapsed().as_secs_f64();
+        let updating = Instant::now();
+        let (samples, mut m) = self.advantages(&rollouts);
+        let stats = self.update(step, &samples).await?;
+        m.step = step;
+        m.loss = stats.loss;
+        m.kl = stats.kl;
+        m.entropy = stats.entropy;
+        m.clip_frac = stats.clip_frac;
+        m.grad_norm = stats.grad_norm;
+        m.sampler_logp_diff = stats.sampler_logp_diff;
+        m.lr = self.preset.optim.lr;
+        m.model_tokens = stats.model_tokens;
+        m.rollout_secs = rollout_secs;
+        m.update_secs = updating.elapsed().as_secs_f64();
+        self.record(m)?;
+        state.step = step;
+        state.optimizer_step = self.opt.step;
+        state.tasks_drawn += self.preset.grpo.tasks_per_step as u64;
+        self.checkpoint(state)
+    }
+
+    /// Collect (and score): the step's groups of rollouts, run as bench trials.
+    async fn collect(&self, step: u64) -> Vec<Rollout> {
+        let plans = step_plans(self.preset, self.runner.tasks.len(), step);
+        let dir = self.out.join("rollouts").join(format!("step-{step:06}"));
+        let rbar = progress_bar(self.progress, plans.len() as u64, &format!("step {step} rollouts"));
+        let rollouts = self.runner.run(&plans, &dir, &|_| rbar.inc(1)).await;
+        rbar.finish_and_clear();
+        rollouts
+    }
+
+    /// Advantages: rewards normalised within each group, into training samples.
+    fn advantages(&self, rollouts: &[Rollout]) -> (Vec<Sample>, StepMetrics) {
+        build_samples(self.preset, rollouts, self.sampler.off_policy())
+    }
+
+    /// Update: the clipped policy-gradient steps, then the sampler takes the new weights.
+    async fn update(&mut self, step: u64, samples: &[Sample]) -> Result<UpdateStats, TrainError> {
+        let stats = if samples.is_empty() {
+            UpdateStats::default()
+        } else {
+            grpo_update(
+                self.policy,
+                self.reference,
+                self.opt,
+                samples,
+                &SingleRank,
+                self.update,
+                mix_seed(&[self.preset.seed, step, 7]),
+            )?
+        };
+        self.sampler.load_policy(self.policy).await?;
+        Ok(stats)
+    }
+
+    /// Log: `metrics.jsonl`, the reward plot, the progress bar or a line per step.
+    fn record(&mut self, m: StepMetrics) -> Result<(), TrainError> {
+        self.metrics
+            .append(&m)
+            .map_err(|e| TrainError::Other(format!("cannot write {}: {e}", self.metrics_path.display())))?;
+        self.history.push(m.clone());
+        let _ = write_reward_svg(&self.out.join("reward.svg"), &self.history, &self.preset.name);
+        self.bar.set_message(format!("reward {:.3} pass {:.0}%", m.reward_mean, m.pass_rate * 100.0));
+        self.bar.inc(1);
+        if !self.progress {
+            (self.log)(format!(
+                "step {}/{}: reward {:.3} ± {:.3}, pass {:.1}%, loss {:.4}, kl {:.4}, entropy {:.3}, kept {} groups, {:.1} s",
+                m.step,
+                self.steps,
+                m.reward_mean,
+                m.reward_std,
+                m.pass_rate * 100.0,
+                m.loss,
+                m.kl,
+                m.entropy,
+                m.groups_kept,
+                m.rollout_secs + m.update_secs
+            ) + &m.sampler_logp_diff.map(|d| format!(", sampler logp diff {d:.2e}")).unwrap_or_default());
+        }
+        Ok(())
+    }
+
+    /// Checkpoint: every `checkpoint.every` steps and after the last.
+    fn checkpoint(&self, state: &CheckpointState) -> Result<(), TrainError> {
+        if state.step.is_multiple_of(self.preset.checkpoint.every.max(1) as u64) || state.step == self.steps {
+            save_checkpoint(self.checkpoints, self.policy, self.opt, self.mode, self.start_dir, state)?;
+        }
+        Ok(())
+    }
+}
