@@ -148,3 +148,31 @@ pub enum Event {
     /// The episode ended.
     EpisodeEnd { reason: EndReason, turns: u32, usage: TokenUsage, finish_message: Option<String> },
 }
+
+#[cfg(test)]
+mod tests {
+    use super::chat::{ChatMessage, Role};
+    use super::*;
+
+    /// `agent run --json` prints events in this shape; scripts read it.
+    #[test]
+    fn ops_and_events_are_tagged_json_objects() {
+        let op = Op::UserTurn { text: "hi".into() };
+        let json = serde_json::to_value(&op).unwrap();
+        assert_eq!(json, serde_json::json!({"op": "user_turn", "text": "hi"}));
+        assert_eq!(serde_json::from_value::<Op>(json).unwrap(), op);
+        let event = Event::TurnStarted { turn: 3 };
+        let text = serde_json::to_string(&event).unwrap();
+        assert!(text.contains("\"turn_started\"") && text.contains("\"turn\":3"), "{text}");
+    }
+
+    #[test]
+    fn chat_messages_leave_out_empty_tool_fields() {
+        let m = ChatMessage::new(Role::User, "hi");
+        assert_eq!(serde_json::to_value(&m).unwrap(), serde_json::json!({"role": "user", "content": "hi"}));
+        let r = ChatMessage::tool_result("call-1", "ok");
+        let back: ChatMessage = serde_json::from_str(&serde_json::to_string(&r).unwrap()).unwrap();
+        assert_eq!(back, r);
+        assert_eq!(back.tool_call_id.as_deref(), Some("call-1"));
+    }
+}
