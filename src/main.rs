@@ -21,7 +21,9 @@ fn main() -> ExitCode {
     let args = cli::Cli::parse();
     let filter = tracing_subscriber::EnvFilter::try_from_env("AGENT_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(if args.verbose { VERBOSE_LOG } else { DEFAULT_LOG }));
-    tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).init();
+    // Colours only on a terminal: a log file or CI output gets plain text.
+    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
+    tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_ansi(ansi).init();
     let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(rt) => rt,
         Err(e) => {
@@ -57,7 +59,8 @@ fn keep_freed_memory() {
     }
 }
 
-/// The error and its causes on one line.
+/// The error and its causes on one line, unless a cause carries a caret diagram (a
+/// TOML or YAML parse error pointing at the bad spot), which keeps its lines.
 fn one_line(e: &anyhow::Error) -> String {
     let mut parts: Vec<String> = Vec::new();
     for cause in e.chain() {
@@ -66,5 +69,11 @@ fn one_line(e: &anyhow::Error) -> String {
             parts.push(s);
         }
     }
-    parts.join(": ").replace('\n', " ")
+    let text = parts.join(": ");
+    let diagram = text.lines().any(|l| l.trim_start().starts_with('|') && l.contains('^'));
+    if diagram {
+        text
+    } else {
+        text.replace('\n', " ")
+    }
 }

@@ -101,6 +101,7 @@ pub async fn run(args: BenchArgs, mut config: Config) -> anyhow::Result<u8> {
     };
     let plan = agent_bench::plan(&opts)?;
     let docker = agent_sandbox::connect().await?;
+    sweep_orphans(&docker).await;
     eprintln!("● run {} → {}", plan.run_id, plan.run_dir.display());
     let started = Instant::now();
     let notice = |n: String| eprintln!("● {n}");
@@ -126,6 +127,20 @@ pub async fn run(args: BenchArgs, mut config: Config) -> anyhow::Result<u8> {
     print!("{}", agent_bench::report::summary_table(&results, Some(started.elapsed().as_secs_f64())));
     println!("results: {}\nreport:  {}", plan.run_dir.join("results.json").display(), report.display());
     Ok(0)
+}
+
+/// Removes the containers and networks of runs whose process is gone (a killed run
+/// leaves them; its own `--resume` would too, but another run may never come).
+pub async fn sweep_orphans(docker: &agent_sandbox::Engine) {
+    if let Ok(removed) = agent_sandbox::prune(docker, agent_sandbox::PruneScope::Orphaned).await {
+        let networks = removed.iter().filter(|r| r.starts_with("network ")).count();
+        if !removed.is_empty() {
+            eprintln!(
+                "● removed {} container(s) and {networks} network(s) left by runs that were killed",
+                removed.len() - networks
+            );
+        }
+    }
 }
 
 fn positive_f64(s: &str) -> Result<f64, String> {

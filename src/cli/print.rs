@@ -54,7 +54,7 @@ impl Printer {
                 format!("● model {model} · image {image} · container {container}")
             }
             Event::TurnStarted { turn } => format!("\n── turn {turn} ──"),
-            Event::AssistantDelta { .. } | Event::ToolCallOutput { .. } => return,
+            Event::AssistantDelta { .. } | Event::ToolCallOutput { .. } | Event::PromptProgress { .. } => return,
             Event::AssistantMessage { text, .. } => indent(&clip(text.trim(), 40)),
             Event::ParseError { message, .. } => format!("  ! parse error: {message}"),
             Event::ToolCallBegin { tool, args, .. } => {
@@ -78,6 +78,7 @@ impl Printer {
                 )
             }
             Event::Interrupted => "  ■ interrupted".into(),
+            Event::TaskComplete => return,
             Event::Notice { message } => format!("● {message}"),
             Event::Error { message, fatal } => format!("{} {message}", if *fatal { "✗ error:" } else { "! warning:" }),
             Event::EpisodeEnd { reason, turns, usage, finish_message } => {

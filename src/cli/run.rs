@@ -96,7 +96,7 @@ pub async fn run(args: RunArgs, mut config: Config) -> anyhow::Result<u8> {
     config.tool_format.resolve(&model.name(), model.native_tools()).map_err(|e| anyhow::anyhow!(e))?;
     if let Ok(removed) = agent_sandbox::prune(&engine, agent_sandbox::PruneScope::Orphaned).await {
         if !removed.is_empty() {
-            printer.notice(&format!("removed {} container(s) left by crashed runs", removed.len()));
+            printer.notice(&format!("removed {} container(s) and network(s) left by crashed runs", removed.len()));
         }
     }
 

@@ -26,11 +26,26 @@ pub struct ServeArgs {
     /// The model id clients see in `/v1/models` (default: the spec).
     #[arg(long)]
     pub model_id: Option<String>,
+    /// Require `Authorization: Bearer KEY` on the API (needed to listen on an address
+    /// other than loopback).
+    #[arg(long, env = "AGENT_SERVE_API_KEY", hide_env_values = true)]
+    pub api_key: Option<String>,
 }
 
 /// Serves until SIGINT/SIGTERM.
 pub async fn run(args: ServeArgs, config: Config) -> anyhow::Result<u8> {
     let mut signals = Signals::install().context("cannot install signal handlers")?;
+    let api_key = args.api_key.clone().filter(|k| !k.is_empty());
+    let loopback = match args.host.as_str() {
+        "localhost" => true,
+        host => host.parse::<std::net::IpAddr>().map(|ip| ip.is_loopback()).unwrap_or(false),
+    };
+    if !loopback && api_key.is_none() {
+        anyhow::bail!(
+            "listening on {} would open the model to the network without a key: pass --api-key KEY (or set AGENT_SERVE_API_KEY), or listen on 127.0.0.1",
+            args.host
+        );
+    }
     let spec_text = args.model.clone().or(config.model.clone()).unwrap_or_else(|| "default".into());
     let spec = ModelSpec::parse(&spec_text)?;
     let resolve = ResolveOptions {
@@ -47,7 +62,7 @@ pub async fn run(args: ServeArgs, config: Config) -> anyhow::Result<u8> {
     let addr = listener.local_addr().context("cannot read the bound address")?;
     println!("listening on http://{addr}/v1 (model {model_id})");
     let (tx, rx) = tokio::sync::oneshot::channel::<()>();
-    let server = tokio::spawn(agent::serve::serve(listener, backend, model_id, async move {
+    let server = tokio::spawn(agent::serve::serve(listener, backend, model_id, api_key, async move {
         let _ = rx.await;
     }));
     let sig = signals.recv().await;

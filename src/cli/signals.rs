@@ -1,9 +1,11 @@
-//! SIGINT/SIGTERM as a value the run loop can select on.
+//! SIGINT, SIGTERM, SIGHUP and SIGQUIT as a value the run loop can select on: each
+//! ends a long-running command the same way, removing what it started (a closed SSH
+//! session or terminal sends SIGHUP; `Ctrl+\` sends SIGQUIT).
 
 use tokio::signal::unix::{signal, SignalKind};
 use tokio::sync::watch;
 
-/// Watches SIGINT and SIGTERM; the first one received is kept.
+/// Watches SIGINT, SIGTERM, SIGHUP and SIGQUIT; the first one received is kept.
 pub struct Signals {
     rx: watch::Receiver<Option<i32>>,
 }
@@ -14,11 +16,15 @@ impl Signals {
         let (tx, rx) = watch::channel(None);
         let mut int = signal(SignalKind::interrupt())?;
         let mut term = signal(SignalKind::terminate())?;
+        let mut hup = signal(SignalKind::hangup())?;
+        let mut quit = signal(SignalKind::quit())?;
         tokio::spawn(async move {
             loop {
                 let sig = tokio::select! {
                     _ = int.recv() => libc::SIGINT,
                     _ = term.recv() => libc::SIGTERM,
+                    _ = hup.recv() => libc::SIGHUP,
+                    _ = quit.recv() => libc::SIGQUIT,
                 };
                 let _ = tx.send(Some(sig));
             }

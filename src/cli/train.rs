@@ -122,6 +122,7 @@ pub async fn run(args: TrainArgs, config: Config) -> anyhow::Result<u8> {
         return Ok(0);
     }
     let docker = agent_sandbox::connect().await?;
+    super::bench::sweep_orphans(&docker).await;
     let opts = TrainOptions {
         preset,
         out: out.clone(),

@@ -198,7 +198,7 @@ fn print_sessions(dir: &Path) {
     }
     println!("saved sessions, newest first (resume one with `agent --resume ID`):");
     for s in sessions.iter().take(30) {
-        println!("  {}  {}  {}", s.id, s.cwd, s.title);
+        println!("  {}  {:>12}  {}  {}", s.id, store::ago(s.modified_unix), s.cwd, s.title);
     }
 }
 

@@ -29,14 +29,42 @@ struct AppState {
     model_id: String,
 }
 
-/// The API's routes over `backend`, advertised as `model_id`.
-pub fn router(backend: Arc<dyn ModelBackend>, model_id: impl Into<String>) -> Router {
+/// The API's routes over `backend`, advertised as `model_id`; with `api_key`, every
+/// route but `/health` wants `Authorization: Bearer KEY`.
+pub fn router(backend: Arc<dyn ModelBackend>, model_id: impl Into<String>, api_key: Option<String>) -> Router {
     let state = AppState { backend, model_id: model_id.into() };
-    Router::new()
-        .route("/v1/models", get(models))
-        .route("/v1/chat/completions", post(chat))
-        .route("/health", get(|| async { "ok" }))
-        .with_state(state)
+    let api = Router::new().route("/v1/models", get(models)).route("/v1/chat/completions", post(chat));
+    let api = match api_key {
+        Some(key) => {
+            let key = Arc::new(key);
+            api.layer(axum::middleware::from_fn(move |req: axum::extract::Request, next: axum::middleware::Next| {
+                let key = key.clone();
+                async move { authorize(&key, req, next).await }
+            }))
+        }
+        None => api,
+    };
+    api.route("/health", get(|| async { "ok" })).with_state(state)
+}
+
+/// Lets a request through when it carries the key (compared in constant time).
+async fn authorize(key: &str, req: axum::extract::Request, next: axum::middleware::Next) -> Response {
+    let given = req
+        .headers()
+        .get(axum::http::header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .unwrap_or_default();
+    let same = given.len() == key.len() && given.bytes().zip(key.bytes()).fold(0u8, |acc, (a, b)| acc | (a ^ b)) == 0;
+    if same {
+        next.run(req).await
+    } else {
+        error(
+            StatusCode::UNAUTHORIZED,
+            "invalid_request_error",
+            "missing or wrong API key: send `Authorization: Bearer KEY` with the key `agent serve` was given".into(),
+        )
+    }
 }
 
 /// Serves until `shutdown` resolves.
@@ -44,9 +72,10 @@ pub async fn serve(
     listener: tokio::net::TcpListener,
     backend: Arc<dyn ModelBackend>,
     model_id: impl Into<String>,
+    api_key: Option<String>,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    axum::serve(listener, router(backend, model_id)).with_graceful_shutdown(shutdown).await
+    axum::serve(listener, router(backend, model_id, api_key)).with_graceful_shutdown(shutdown).await
 }
 
 fn now() -> u64 {
@@ -74,7 +103,8 @@ async fn chat(State(s): State<AppState>, body: Bytes) -> Response {
         Err(e) => return error(StatusCode::BAD_REQUEST, "invalid_request_error", e),
     };
     let id = format!("chatcmpl-{}", uuid::Uuid::new_v4().simple());
-    let model = req.model.clone().unwrap_or_else(|| s.model_id.clone());
+    // Responses name the model that answered, streaming or not (as OpenAI's API does).
+    let model = s.model_id.clone();
     let cancel = CancellationToken::new();
     if !req.stream {
         // Dropped with the request when the client goes away: generation stops.
@@ -107,7 +137,11 @@ async fn chat(State(s): State<AppState>, body: Bytes) -> Response {
                 let _ = tx.send(Ok(SseEvent::default().data(last.to_string())));
             }
             Err(e) => {
-                let err = json!({"error": {"message": e.to_string(), "type": "server_error"}});
+                let (kind, code) = match &e {
+                    LlmError::ContextOverflow { .. } => ("invalid_request_error", Some("context_length_exceeded")),
+                    _ => ("server_error", None),
+                };
+                let err = json!({"error": {"message": e.to_string(), "type": kind, "code": code}});
                 let _ = tx.send(Ok(SseEvent::default().data(err.to_string())));
             }
         }
@@ -127,6 +161,11 @@ fn guarded(
 }
 
 fn backend_error(e: LlmError) -> Response {
+    if let LlmError::ContextOverflow { .. } = e {
+        // The client's request is too long for the model: theirs to fix, as OpenAI says.
+        let body = json!({"error": {"message": e.to_string(), "type": "invalid_request_error", "code": "context_length_exceeded"}});
+        return (StatusCode::BAD_REQUEST, Json(body)).into_response();
+    }
     let status = match e {
         LlmError::Cancelled => StatusCode::SERVICE_UNAVAILABLE,
         _ => StatusCode::INTERNAL_SERVER_ERROR,

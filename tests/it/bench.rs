@@ -310,6 +310,16 @@ fn a_tb2_task_is_scored_by_its_reward_file() {
 
 #[test]
 fn sigint_removes_the_runs_containers_at_once_and_keeps_finished_trials() {
+    signal_removes_the_runs_containers(libc::SIGINT);
+}
+
+/// What a closed SSH session or terminal sends.
+#[test]
+fn sighup_removes_the_runs_containers_too() {
+    signal_removes_the_runs_containers(libc::SIGHUP);
+}
+
+fn signal_removes_the_runs_containers(sig: i32) {
     let _turn = SLOW_OK.lock().unwrap_or_else(|e| e.into_inner());
     let rt = tokio::runtime::Runtime::new().unwrap();
     rt.block_on(support::docker());
@@ -329,15 +339,47 @@ fn sigint_removes_the_runs_containers_at_once_and_keeps_finished_trials() {
         assert!(Instant::now() < deadline, "no container started");
         std::thread::sleep(Duration::from_millis(100));
     }
-    let kill = Command::new("kill").args(["-INT", &child.id().to_string()]).status().unwrap();
+    let kill = Command::new("kill").args([&format!("-{sig}"), &child.id().to_string()]).status().unwrap();
     assert!(kill.success());
     let o = child.wait_with_output().unwrap();
     let err = String::from_utf8_lossy(&o.stderr);
-    assert_eq!(o.status.code(), Some(130), "{err}");
+    assert_eq!(o.status.code(), Some(128 + sig), "{err}");
     assert!(err.contains("--resume"), "{err}");
     assert_nothing_left(&id);
     assert!(out.join("run.json").is_file());
     support::remove_bench_images(&["slow-ok"]);
+}
+
+/// `kill -9` leaves a multi-service task's containers and network; the next process's
+/// sweep (here `agent sandbox prune`) removes both, as it removes containers.
+#[test]
+fn a_killed_multi_service_run_is_swept_by_the_next_process() {
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(support::docker());
+    let dir = tempfile::tempdir().unwrap();
+    let id = run_id("kill9");
+    let mut child = Command::new(support::agent_bin())
+        .args(["bench", "--quiet", "--agent", "nop", "--run-id", &id, "--output"])
+        .arg(dir.path().join("r"))
+        .arg(support::tb1_task("simple-web-scraper"))
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(900);
+    while support::networks_of_run(&id).is_empty() || support::containers_of_run(&id).is_empty() {
+        assert!(Instant::now() < deadline, "the task's network and containers never came up");
+        assert!(child.try_wait().unwrap().is_none(), "the run ended before it could be killed");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    child.kill().unwrap();
+    child.wait().unwrap();
+    assert!(!support::networks_of_run(&id).is_empty(), "the killed run should have left its network");
+    let o = Command::new(support::agent_bin()).args(["sandbox", "prune"]).output().unwrap();
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success(), "{text}");
+    assert!(text.contains("removed network"), "{text}");
+    assert_nothing_left(&id);
 }
 
 #[test]

@@ -146,6 +146,31 @@ fn sigterm_mid_episode_leaves_no_container() {
     signal_mid_episode(libc::SIGTERM);
 }
 
+/// What a closed SSH session or terminal sends.
+#[test]
+fn sighup_and_sigquit_mid_episode_leave_no_container() {
+    signal_mid_episode(libc::SIGHUP);
+    signal_mid_episode(libc::SIGQUIT);
+}
+
+#[test]
+fn zero_and_negative_limits_in_the_config_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("agent.toml");
+    std::fs::write(&cfg, "[sandbox]\npids_limit = 0\nmemory_mb = -1\ncpus = 0\n").unwrap();
+    let o = Command::new(support::agent_bin())
+        .args(["run", "--model", "scripted:/nonexistent.yaml", "--config"])
+        .arg(&cfg)
+        .arg("hello")
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    for part in ["pids_limit = 0", "memory_mb = -1", "cpus = 0"] {
+        assert!(err.contains(part), "{part} not named: {err}");
+    }
+}
+
 #[test]
 fn turn_limit_ends_with_a_nonzero_exit() {
     let rt = tokio::runtime::Runtime::new().unwrap();

@@ -49,6 +49,7 @@ async fn start_with(
         container: sandbox.name().into(),
         trajectory: Some(dir.path().join("t.jsonl")),
         tool_format,
+        history: Vec::new(),
     };
     let handle = spawn_session(cfg, model, ToolSpecs::builtin().unwrap(), executor);
     Harness { handle, _sandbox: sandbox, _dir: dir }
@@ -113,6 +114,23 @@ async fn token_budget_and_turn_limit_stop_the_episode() {
     let (summary, _) = h.finish().await;
     assert_eq!(summary.reason, EndReason::MaxTurns);
     assert_eq!(summary.turns, 2);
+}
+
+/// A conversation that outgrows the context even with old observations elided and long
+/// messages shortened ends `context_exhausted`, not `token_budget`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_overlong_conversation_ends_context_exhausted() {
+    let script = "- \"<bash>\\ncmd: yes x | head -c 12000\\n</bash>\"\n- \"<bash>\\ncmd: echo never\\n</bash>\"\n";
+    let limits = EpisodeLimits { context_tokens: 600, max_reply_tokens: 100, ..Default::default() };
+    let h = start(script, limits, ApprovalMode::Auto, true).await;
+    h.send(Op::UserTurn { text: "go".into() });
+    let (summary, events) = h.finish().await;
+    assert_eq!(summary.reason, EndReason::ContextExhausted, "{events:?}");
+    assert_eq!(summary.turns, 1);
+    assert!(
+        events.iter().any(|e| matches!(e, Event::Error { message, .. } if message.contains("context window"))),
+        "{events:?}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

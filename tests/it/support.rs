@@ -91,6 +91,20 @@ pub fn containers_of_run(run_id: &str) -> Vec<String> {
     String::from_utf8_lossy(&out.stdout).lines().map(str::to_string).filter(|l| !l.is_empty()).collect()
 }
 
+/// Containers (all states) started by the process `pid` (their owner label).
+pub fn containers_of_pid(pid: u32) -> Vec<String> {
+    let out = Command::new("docker")
+        .args(["ps", "-a", "--filter", "label=agent.owner", "--format", "{{.Names}} {{.Label \"agent.owner\"}}"])
+        .output()
+        .expect("docker ps");
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| l.split_once(' '))
+        .filter(|(_, owner)| owner.split(':').nth(1) == Some(pid.to_string().as_str()))
+        .map(|(name, _)| name.to_string())
+        .collect()
+}
+
 /// Writes a scripted-model file and returns its path (kept alive by the TempDir).
 pub fn script(dir: &tempfile::TempDir, name: &str, yaml: &str) -> PathBuf {
     let p = dir.path().join(name);

@@ -120,6 +120,27 @@ async fn killed_training_resumes_from_its_last_checkpoint_exactly() {
         .starts_with(".tmp")));
 }
 
+/// What a closed SSH session or terminal sends: the run stops, removing its rollout
+/// containers, with the exit code of the signal.
+#[tokio::test(flavor = "multi_thread")]
+async fn sighup_stops_training_and_leaves_no_container() {
+    support::docker().await;
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("run");
+    let mut child = train_cmd(&resume_preset(), &out).stdout(Stdio::null()).stderr(Stdio::null()).spawn().unwrap();
+    let pid = child.id();
+    let deadline = Instant::now() + Duration::from_secs(900);
+    while support::containers_of_pid(pid).is_empty() {
+        assert!(Instant::now() < deadline, "no rollout container appeared");
+        assert!(child.try_wait().unwrap().is_none(), "the run ended before it could be signalled");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(Command::new("kill").args(["-HUP", &pid.to_string()]).status().unwrap().success());
+    let status = child.wait().unwrap();
+    assert_eq!(status.code(), Some(128 + libc::SIGHUP));
+    assert_eq!(support::containers_of_pid(pid), Vec::<String>::new(), "rollout containers left behind");
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn a_trained_adapter_gives_the_same_logits_through_mistral_rs() {
     use agent_train::model::{peft, ForwardMode, Qwen3, TrainMode};

@@ -285,3 +285,86 @@ fn tui_cleans_up_after_sigterm_and_after_a_panic() {
         "the panic message is readable:\n{screen}"
     );
 }
+
+/// The prompt tokens the status line shows (`ctx 1.2k/32.8k`).
+fn ctx_used(screen: &str) -> f64 {
+    let at = screen.rfind("ctx ").expect("a status line");
+    let value: String = screen[at + 4..].chars().take_while(|c| *c != '/').collect();
+    match value.strip_suffix('k') {
+        Some(k) => k.parse::<f64>().unwrap() * 1000.0,
+        None => value.parse::<f64>().unwrap(),
+    }
+}
+
+/// What a user hits within minutes (issue 17): a plain answer ends the turn, `/compact`
+/// of nothing says so, files the agent writes belong to the project's owner, a `!cmd`
+/// streams and stops on Esc, and `/model` keeps the conversation.
+#[test]
+fn tui_answers_hands_files_back_streams_shell_commands_and_keeps_the_conversation() {
+    use std::os::unix::fs::MetadataExt;
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(support::docker());
+    let dir = tempfile::tempdir().unwrap();
+    let first = support::script(
+        &dir,
+        "first.yaml",
+        r#"
+- "Hello! There is nothing to run for that."
+- |
+  <bash>
+  cmd: echo made > made-by-agent.txt && mkdir -p sub && echo x > sub/inner.txt
+  </bash>
+- |
+  <finish>
+  message: files written
+  </finish>
+"#,
+    );
+    let second = support::script(&dir, "second.yaml", "- \"Still here, with the history.\"\n");
+    // A project that belongs to a user who is not root.
+    let work = dir.path().join("work");
+    std::fs::create_dir_all(&work).unwrap();
+    std::os::unix::fs::chown(&work, Some(4321), Some(4321)).unwrap();
+    let (tmux, cid) = open_ui(&dir, &format!("scripted:{}", first.display()), "");
+
+    tmux.type_text("/compact");
+    tmux.keys(&["Enter"]);
+    tmux.wait_text("nothing to compact yet", Duration::from_secs(20));
+
+    // A long message, so that the history is visible in the prompt size later.
+    tmux.type_text(&format!("hello {}", "kumquat ".repeat(400)));
+    tmux.keys(&["Enter"]);
+    tmux.wait_text("There is nothing to run for that.", Duration::from_secs(30));
+    let screen = tmux.wait_for("the turn to end", Duration::from_secs(20), |s| !s.contains("Esc to interrupt"));
+    assert!(!screen.contains("no valid action"), "a plain answer is not an error:\n{screen}");
+    let before = ctx_used(&screen);
+
+    tmux.type_text("write the files");
+    tmux.keys(&["Enter"]);
+    tmux.wait_text("allow bash?", Duration::from_secs(30));
+    tmux.keys(&["y"]);
+    tmux.wait_text("files written", Duration::from_secs(30));
+    for f in ["made-by-agent.txt", "sub", "sub/inner.txt"] {
+        let meta = std::fs::metadata(work.join(f)).unwrap();
+        assert_eq!((meta.uid(), meta.gid()), (4321, 4321), "{f} belongs to the project's owner");
+    }
+
+    tmux.type_text("!for i in $(seq 1 30); do echo tick$i; sleep 1; done");
+    tmux.keys(&["Enter"]);
+    let screen = tmux.wait_text("tick2", Duration::from_secs(30));
+    assert!(!screen.contains("tick30"), "the output arrives as it is written:\n{screen}");
+    let pressed = Instant::now();
+    tmux.keys(&["Escape"]);
+    tmux.wait_for("the command to stop", Duration::from_secs(15), |s| !s.contains("running the command"));
+    assert!(pressed.elapsed() < Duration::from_secs(10), "Esc took {:?}", pressed.elapsed());
+    assert!(!processes(&cid).contains("sleep"), "the command still runs: {}", processes(&cid));
+
+    tmux.type_text(&format!("/model scripted:{}", second.display()));
+    tmux.keys(&["Enter"]);
+    tmux.type_text("and now?");
+    tmux.keys(&["Enter"]);
+    let screen = tmux.wait_text("Still here, with the history.", Duration::from_secs(30));
+    let after = ctx_used(&screen);
+    assert!(after > before, "the new model got the conversation: {after} prompt tokens, {before} before");
+    quit_and_check(&tmux, &cid);
+}

@@ -228,6 +228,10 @@ async fn ours(
             Some((FailureMode::AgentTimeout, "the model did not return by the agent timeout".into()))
         }
         EndReason::Error => Some((FailureMode::AgentError, last_error.unwrap_or_else(|| "the episode failed".into()))),
+        EndReason::ContextExhausted => Some((
+            FailureMode::ContextLengthExceeded,
+            last_error.unwrap_or_else(|| EndReason::ContextExhausted.describe().into()),
+        )),
         _ => None,
     };
     AgentOutcome {

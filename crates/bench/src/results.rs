@@ -23,6 +23,8 @@ pub enum FailureMode {
     ParseError,
     EnvBuildFailed,
     AgentError,
+    /// The conversation outgrew the model's context window (Terminal-Bench's name).
+    ContextLengthExceeded,
 }
 
 impl FailureMode {
@@ -35,6 +37,7 @@ impl FailureMode {
             FailureMode::ParseError => "parse_error",
             FailureMode::EnvBuildFailed => "env_build_failed",
             FailureMode::AgentError => "agent_error",
+            FailureMode::ContextLengthExceeded => "context_length_exceeded",
         }
     }
 }

@@ -15,6 +15,8 @@ pub enum ConfigError {
     Read { path: String, reason: String },
     #[error("the config file {path} is not valid: {reason}")]
     Parse { path: String, reason: String },
+    #[error("the config file {path} is not valid: {reason}")]
+    Invalid { path: String, reason: String },
 }
 
 /// The whole configuration.
@@ -147,12 +149,62 @@ impl Config {
     pub fn from_file(path: &Path) -> Result<Config, ConfigError> {
         let text = std::fs::read_to_string(path)
             .map_err(|e| ConfigError::Read { path: path.display().to_string(), reason: e.to_string() })?;
-        toml::from_str(&text).map_err(|e| ConfigError::Parse {
-            path: path.display().to_string(),
-            reason: e.to_string().lines().collect::<Vec<_>>().join(" "),
-        })
+        // The parser's message keeps its lines: it draws a caret under the bad spot.
+        let config: Config = toml::from_str(&text)
+            .map_err(|e| ConfigError::Parse { path: path.display().to_string(), reason: e.to_string() })?;
+        config.validate().map_err(|reason| ConfigError::Invalid { path: path.display().to_string(), reason })?;
+        Ok(config)
+    }
+
+    /// Checks the values the types cannot: every limit must be positive. There is no
+    /// "unlimited": the sandbox limits are what stops a fork bomb or a memory leak from
+    /// taking the host, and an episode without a turn or context limit never ends.
+    pub fn validate(&self) -> Result<(), String> {
+        let mut bad = Vec::new();
+        let s = &self.sandbox;
+        if !s.cpus.is_finite() || s.cpus < 0.01 {
+            bad.push(format!("[sandbox] cpus = {} (at least 0.01 cores)", s.cpus));
+        }
+        if s.memory_mb < MIN_MEMORY_MB {
+            bad.push(format!("[sandbox] memory_mb = {} (at least {MIN_MEMORY_MB} MiB)", s.memory_mb));
+        }
+        if s.pids_limit < MIN_PIDS {
+            bad.push(format!("[sandbox] pids_limit = {} (at least {MIN_PIDS} processes)", s.pids_limit));
+        }
+        if s.max_output_bytes == 0 {
+            bad.push("[sandbox] max_output_bytes = 0 (at least 1)".into());
+        }
+        if s.command_timeout_secs == 0 {
+            bad.push("[sandbox] command_timeout_secs = 0 (at least 1)".into());
+        }
+        let e = &self.episode;
+        for (name, value) in [
+            ("max_turns", u64::from(e.max_turns)),
+            ("token_budget", e.token_budget),
+            ("wall_clock_secs", e.wall_clock_secs),
+            ("max_parse_failures", u64::from(e.max_parse_failures)),
+            ("context_tokens", e.context_tokens),
+            ("max_reply_tokens", u64::from(e.max_reply_tokens)),
+        ] {
+            if value == 0 {
+                bad.push(format!("[episode] {name} = 0 (at least 1)"));
+            }
+        }
+        if bad.is_empty() {
+            Ok(())
+        } else {
+            Err(format!(
+                "{}; limits have no \"unlimited\" value: set a large number instead",
+                bad.join(", ")
+            ))
+        }
     }
 }
+
+/// The least memory a sandbox may have (the shell and a few tools need this much).
+const MIN_MEMORY_MB: i64 = 64;
+/// The fewest processes a sandbox may run (the shell, its wrapper and a command).
+const MIN_PIDS: i64 = 16;
 
 #[cfg(test)]
 mod tests {
@@ -168,5 +220,17 @@ mod tests {
         assert!(!cfg.sandbox.network);
         assert_eq!(cfg.image_map.lookup("python:3"), Some("agent-base:bookworm"));
         assert!(toml::from_str::<Config>("[episode]\nmax_turn = 7\n").is_err());
+    }
+
+    #[test]
+    fn zero_and_negative_limits_are_refused_by_name() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("c.toml");
+        std::fs::write(&path, "[sandbox]\npids_limit = 0\ncpus = 0\nmemory_mb = -5\n[episode]\nmax_turns = 0\n").unwrap();
+        let err = Config::from_file(&path).unwrap_err().to_string();
+        for part in ["pids_limit = 0", "cpus = 0", "memory_mb = -5", "max_turns = 0", "no \"unlimited\""] {
+            assert!(err.contains(part), "{part} missing from: {err}");
+        }
+        assert!(Config::default().validate().is_ok());
     }
 }

@@ -58,6 +58,9 @@ pub enum EndReason {
     MaxTurns,
     /// The token budget was spent.
     TokenBudget,
+    /// The conversation no longer fit the model's context window, even with old
+    /// observations elided and long messages shortened.
+    ContextExhausted,
     /// The wall-clock limit was reached.
     WallClock,
     /// Too many consecutive replies without a valid action.
@@ -79,6 +82,7 @@ impl EndReason {
             EndReason::Finished => "the agent called finish",
             EndReason::MaxTurns => "the turn limit was reached",
             EndReason::TokenBudget => "the token budget was spent",
+            EndReason::ContextExhausted => "the conversation no longer fit the model's context window",
             EndReason::WallClock => "the wall-clock limit was reached",
             EndReason::ParseFailures => "too many consecutive replies without a valid action",
             EndReason::Repetition => "the agent kept repeating the same replies and results after a warning",
@@ -116,6 +120,9 @@ pub enum Event {
     TurnStarted { turn: u32 },
     /// A piece of streamed assistant text.
     AssistantDelta { turn: u32, text: String },
+    /// A local engine's progress through the turn's prompt (before any text streams):
+    /// `evaluated` of `total` tokens, a reused cached prefix included.
+    PromptProgress { turn: u32, evaluated: u64, total: u64 },
     /// The whole assistant message of a turn.
     AssistantMessage { turn: u32, text: String },
     /// A reply contained no valid action or a malformed one.
@@ -141,6 +148,10 @@ pub enum Event {
     TokenUsage { turn: u32, last: TokenUsage, total: TokenUsage, decode_tokens_per_sec: Option<f64> },
     /// Work stopped after an interrupt; the session accepts a new turn.
     Interrupted,
+    /// The work on the last user turn is over (answered, finished, interrupted or
+    /// stopped by a limit) and the session waits for the next turn. Interactive sessions
+    /// only: a headless one ends with [`Event::EpisodeEnd`] instead.
+    TaskComplete,
     /// A notice for the user (image substitutions, sandbox resets, ...).
     Notice { message: String },
     /// Something failed; `fatal` errors end the episode.

@@ -9,7 +9,7 @@ use bollard::container::{Config, CreateContainerOptions, KillContainerOptions, R
 use bollard::models::{EndpointSettings, HostConfig};
 
 use super::error::{is_not_found, SandboxError};
-use super::exec::{exec_capture, ExecOutput};
+use super::exec::{exec_capture, exec_streaming, ExecOutput, StreamedExit};
 use super::prune::owner_label;
 
 /// Label holding the id of the run (one `agent` invocation, bench run or train run).
@@ -104,11 +104,36 @@ pub struct Sandbox {
     name: String,
     image: String,
     pids_limit: i64,
+    /// Bind-mounted host folders owned by someone other than root: `(container path,
+    /// uid, gid)`. What root in the container creates there is handed back to them.
+    bind_owners: Vec<(String, u32, u32)>,
+}
+
+/// The owners of the bind-mounted host folders that root does not own.
+fn bind_owners(binds: &[String]) -> Vec<(String, u32, u32)> {
+    use std::os::unix::fs::MetadataExt;
+    binds
+        .iter()
+        .filter_map(|b| {
+            let mut parts = b.split(':');
+            let (host, inside) = (parts.next()?, parts.next()?);
+            let meta = std::fs::metadata(host).ok()?;
+            (meta.is_dir() && meta.uid() != 0).then(|| (inside.to_string(), meta.uid(), meta.gid()))
+        })
+        .collect()
 }
 
 impl Sandbox {
     /// Creates and starts a container; it is registered for clean-up until [`Sandbox::remove`].
     pub async fn start(engine: &Engine, cfg: &ContainerConfig) -> Result<Sandbox, SandboxError> {
+        // To the engine a zero limit means none: the fork-bomb and memory protection
+        // would be gone without a word.
+        if cfg.cpus.is_nan() || cfg.cpus <= 0.0 || cfg.memory_bytes <= 0 || cfg.pids_limit <= 0 {
+            return Err(SandboxError::NoLimits(format!(
+                "cpus {}, memory {} bytes, pids {} (each must be positive)",
+                cfg.cpus, cfg.memory_bytes, cfg.pids_limit
+            )));
+        }
         let short: String = cfg.episode_id.chars().filter(|c| c.is_ascii_alphanumeric()).take(12).collect();
         let name = format!("{}-{}-{}", cfg.name_prefix, short, &uuid::Uuid::new_v4().simple().to_string()[..6]);
         let labels = HashMap::from([
@@ -183,6 +208,7 @@ impl Sandbox {
             name,
             image: cfg.image.clone(),
             pids_limit: cfg.pids_limit,
+            bind_owners: bind_owners(&cfg.binds),
         };
         if let Err(e) = docker.start_container::<String>(&sandbox.id, None).await {
             let err = SandboxError::docker(format!("start the container from `{}`", cfg.image), e);
@@ -231,6 +257,36 @@ impl Sandbox {
         max_bytes: usize,
     ) -> Result<ExecOutput, SandboxError> {
         exec_capture(&self.engine, &self.id, argv, workdir, timeout, max_bytes).await
+    }
+
+    /// Runs the shell command `cmd`, streaming its output, until it ends, `cancel` fires or
+    /// `timeout` passes (see [`exec_streaming`]).
+    pub async fn exec_streaming(
+        &self,
+        cmd: &str,
+        workdir: Option<&str>,
+        timeout: std::time::Duration,
+        cancel: &tokio_util::sync::CancellationToken,
+        on_output: &mut (dyn FnMut(&[u8]) + Send),
+    ) -> Result<StreamedExit, SandboxError> {
+        exec_streaming(&self.engine, &self.id, cmd, workdir, timeout, cancel, on_output).await
+    }
+
+    /// Hands what root created or took over in the bind-mounted host folders back to
+    /// their owner, so that a user who is not root can edit and delete what the agent
+    /// wrote in their project. The sandbox keeps running as root (package installs and
+    /// the like work); this runs after every tool call and `!cmd`.
+    pub async fn restore_ownership(&self) {
+        for (path, uid, gid) in &self.bind_owners {
+            let script = format!(
+                "find {} -xdev -user 0 -exec chown -h {uid}:{gid} {{}} + 2>/dev/null; true",
+                super::shell::shell_quote(path)
+            );
+            let res = exec_capture(&self.engine, &self.id, &["sh", "-c", &script], None, std::time::Duration::from_secs(60), 0).await;
+            if let Err(e) = res {
+                tracing::warn!("cannot hand {path} back to {uid}:{gid}: {e}");
+            }
+        }
     }
 
     /// Kills every process in the container except PID 1 (see `INIT_SCRIPT`).

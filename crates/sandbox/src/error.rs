@@ -15,6 +15,8 @@ pub enum SandboxError {
     BaseImage(String),
     #[error("the sandbox shell failed: {0}")]
     Shell(String),
+    #[error("refusing to start a container without limits: {0}")]
+    NoLimits(String),
     #[error("{path}: {reason}")]
     File { path: String, reason: String },
     #[error("{context}: {source}")]

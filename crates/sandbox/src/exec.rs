@@ -78,3 +78,88 @@ pub async fn exec_capture(
     out.exit_code = inspect.exit_code;
     Ok(out)
 }
+
+/// How a streamed command ended.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct StreamedExit {
+    /// `None` when the command was stopped (timeout or cancel) or the engine gave none.
+    pub exit_code: Option<i64>,
+    pub timed_out: bool,
+    pub interrupted: bool,
+}
+
+/// Runs the shell command `cmd` with `bash -c` in the container, handing its output
+/// (stdout and stderr interleaved as they come) to `on_output`. Cancelling `cancel` or
+/// reaching `timeout` kills the command's whole process group: the command runs as its
+/// own session leader (`setsid`, where the image has it) and records its pid, since the
+/// engine has no way to stop an exec.
+pub async fn exec_streaming(
+    docker: &Engine,
+    container: &str,
+    cmd: &str,
+    workdir: Option<&str>,
+    timeout: Duration,
+    cancel: &tokio_util::sync::CancellationToken,
+    on_output: &mut (dyn FnMut(&[u8]) + Send),
+) -> Result<StreamedExit, SandboxError> {
+    let api = docker.api();
+    let pid_file = format!("/tmp/.agent-exec-{}.pid", uuid::Uuid::new_v4().simple());
+    // Inside `setsid` the shell's own pid is its process group's id.
+    let inner = format!("echo $$ > {pid_file}; eval \"$1\"");
+    let wrapper = format!(
+        "if command -v setsid >/dev/null 2>&1; then exec setsid -w bash -c '{inner}' agent \"$1\"; \
+         else {inner}; fi"
+    );
+    let exec = api
+        .create_exec(
+            container,
+            CreateExecOptions {
+                cmd: Some(vec!["bash".into(), "-c".into(), wrapper, "agent".into(), cmd.to_string()]),
+                attach_stdout: Some(true),
+                attach_stderr: Some(true),
+                working_dir: workdir.map(str::to_string),
+                ..Default::default()
+            },
+        )
+        .await
+        .map_err(|e| SandboxError::docker("run a command in the sandbox", e))?;
+    let started =
+        api.start_exec(&exec.id, None).await.map_err(|e| SandboxError::docker("run a command in the sandbox", e))?;
+    let StartExecResults::Attached { mut output, .. } = started else {
+        return Err(SandboxError::Shell("the engine detached a command that should be attached".into()));
+    };
+    let deadline = tokio::time::sleep(timeout);
+    tokio::pin!(deadline);
+    let mut exit = StreamedExit::default();
+    loop {
+        tokio::select! {
+            item = output.next() => match item {
+                Some(Ok(msg)) => on_output(&msg.into_bytes()),
+                Some(Err(e)) => return Err(SandboxError::docker("read a command's output", e)),
+                None => break,
+            },
+            _ = cancel.cancelled(), if !exit.interrupted && !exit.timed_out => {
+                exit.interrupted = true;
+                kill_group(docker, container, &pid_file).await;
+            }
+            _ = &mut deadline, if !exit.interrupted && !exit.timed_out => {
+                exit.timed_out = true;
+                kill_group(docker, container, &pid_file).await;
+            }
+        }
+    }
+    if !exit.interrupted && !exit.timed_out {
+        let inspect =
+            api.inspect_exec(&exec.id).await.map_err(|e| SandboxError::docker("read a command's exit status", e))?;
+        exit.exit_code = inspect.exit_code;
+    }
+    let _ = exec_capture(docker, container, &["rm", "-f", &pid_file], None, Duration::from_secs(5), 0).await;
+    Ok(exit)
+}
+
+/// Kills the process group of the command whose pid is in `pid_file` (the pid alone
+/// where the command could not become a group leader).
+async fn kill_group(docker: &Engine, container: &str, pid_file: &str) {
+    let script = format!("p=$(cat {pid_file} 2>/dev/null) && [ -n \"$p\" ] && {{ kill -KILL -- -$p 2>/dev/null || kill -KILL $p; }}");
+    let _ = exec_capture(docker, container, &["sh", "-c", &script], None, Duration::from_secs(5), 0).await;
+}

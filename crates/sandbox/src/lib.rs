@@ -18,7 +18,7 @@ pub use container::{
 };
 pub use docker::{connect, Engine};
 pub use error::SandboxError;
-pub use exec::{exec_capture, ExecOutput};
+pub use exec::{exec_capture, exec_streaming, ExecOutput, StreamedExit};
 pub use files::{resolve_path, FileData, FileKind, MAX_FILE_BYTES};
 pub use image::{
     build_base_image, build_task_image, build_task_image_with, docker_name_part, image_exists, resolve_image,

@@ -53,8 +53,37 @@ fn owner_alive(owner: &str) -> bool {
     process_start_ticks(pid) == Some(start)
 }
 
-/// Removes sandbox containers in `scope`; returns the names removed.
-pub async fn prune(docker: &Engine, scope: PruneScope) -> Result<Vec<String>, SandboxError> {
+/// Removes sandbox containers in `scope`, then the networks of multi-service tasks by
+/// the same owner rule; returns the names removed (networks as `network NAME`).
+pub async fn prune(engine: &Engine, scope: PruneScope) -> Result<Vec<String>, SandboxError> {
+    let mut removed = prune_containers(engine, scope).await?;
+    removed.extend(prune_networks(engine, scope).await?);
+    Ok(removed)
+}
+
+async fn prune_networks(engine: &Engine, scope: PruneScope) -> Result<Vec<String>, SandboxError> {
+    let filters = HashMap::from([("label".to_string(), vec![LABEL_RUN.to_string()])]);
+    let list = engine
+        .api()
+        .list_networks(Some(bollard::network::ListNetworksOptions { filters }))
+        .await
+        .map_err(|e| SandboxError::docker("list sandbox networks", e))?;
+    let mut removed = Vec::new();
+    for net in list {
+        let Some(id) = net.id else { continue };
+        let owner = net.labels.as_ref().and_then(|l| l.get(LABEL_OWNER)).cloned().unwrap_or_default();
+        if scope == PruneScope::Orphaned && owner_alive(&owner) {
+            continue;
+        }
+        match engine.api().remove_network(&id).await {
+            Ok(()) => removed.push(format!("network {}", net.name.unwrap_or(id))),
+            Err(e) => tracing::warn!("could not remove leftover network {id}: {e}"),
+        }
+    }
+    Ok(removed)
+}
+
+async fn prune_containers(docker: &Engine, scope: PruneScope) -> Result<Vec<String>, SandboxError> {
     let docker = docker.api();
     let filters = HashMap::from([("label".to_string(), vec![LABEL_RUN.to_string()])]);
     let list = docker

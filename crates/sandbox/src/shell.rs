@@ -82,12 +82,19 @@ pub struct CommandResult {
 
 /// How a command's read loop ended.
 enum Ending {
-    Marker { code: i64, cwd: String },
+    /// The command's end: its exit code, the processes the container held before and
+    /// after it (from the pids cgroup; `None` where it cannot be read), its cwd.
+    Marker { code: i64, procs: (Option<i64>, Option<i64>), cwd: String },
     Eof,
     Deadline,
     Cancelled,
     ForkFailure,
 }
+
+/// Reads the container's process count into `__agent_np` with builtins only (cgroup v2,
+/// then v1; empty where neither is readable).
+const PROCS: &str = "__agent_np=; { read -r __agent_np < /sys/fs/cgroup/pids.current || \
+                     read -r __agent_np < /sys/fs/cgroup/pids/pids.current; } 2>/dev/null\n";
 
 /// A persistent shell in a sandbox.
 pub struct Shell {
@@ -144,7 +151,7 @@ impl Shell {
             None => String::new(),
         };
         let boot = format!(
-            "exec 2>&1\nmkdir -p {STATE_DIR} 2>/dev/null\n{restore}printf '\\n__AGENT_DONE_{nonce}:%s:%s\\n' \"$$\" \"$PWD\"\n"
+            "exec 2>&1\nmkdir -p {STATE_DIR} 2>/dev/null\n{restore}printf '\\n__AGENT_DONE_{nonce}:%s:::%s\\n' \"$$\" \"$PWD\"\n"
         );
         shell.write(boot.as_bytes()).await?;
         let mut sink = OutputCollector::new(4096);
@@ -158,7 +165,7 @@ impl Shell {
             )
             .await?;
         match ending {
-            Ending::Marker { code, cwd } => {
+            Ending::Marker { code, cwd, .. } => {
                 shell.pid = code.to_string();
                 shell.cwd = cwd;
                 Ok(shell)
@@ -195,11 +202,14 @@ impl Shell {
     ) -> Result<CommandResult, SandboxError> {
         let started = Instant::now();
         let nonce = new_nonce();
+        // The process counts come from bash builtins (`read` from the pids cgroup): they
+        // work when a fork bomb left no process to spare.
         let script = format!(
             "IFS= read -r -d '' __agent_cmd <<'__AGENT_EOF_{nonce}'\n{cmd}\n__AGENT_EOF_{nonce}\n\
+             {PROCS}__agent_np0=$__agent_np\n\
              eval \"$__agent_cmd\" < /dev/null\n__agent_rc=$?\n\
-             export -p > {STATE_DIR}/env.sh 2>/dev/null\n\
-             printf '\\n__AGENT_DONE_{nonce}:%s:%s\\n' \"$__agent_rc\" \"$PWD\"\n"
+             {PROCS}export -p > {STATE_DIR}/env.sh 2>/dev/null\n\
+             printf '\\n__AGENT_DONE_{nonce}:%s:%s:%s:%s\\n' \"$__agent_rc\" \"$__agent_np0\" \"$__agent_np\" \"$PWD\"\n"
         );
         let mut collector = OutputCollector::new(self.max_output);
         let mut result = CommandResult {
@@ -240,11 +250,22 @@ impl Shell {
                     "the command could not be stopped on its own, so every process in the sandbox was killed and the shell restarted in {} with its exported variables",
                     self.cwd
                 ));
-                ending = Ending::Marker { code: 137, cwd: self.cwd.clone() };
+                ending = Ending::Marker { code: 137, procs: (None, None), cwd: self.cwd.clone() };
             }
         }
         match ending {
-            Ending::Marker { code, cwd } => {
+            Ending::Marker { code, procs, cwd } if Self::left_a_fork_bomb(&self.sandbox, procs).await => {
+                // The command returned, but what it left behind fills the process table:
+                // it is this call that failed, not the next one.
+                self.cwd = cwd;
+                self.hard_reset().await?;
+                result.notice = Some(format!(
+                    "this command exited with {code} but left processes that filled the sandbox's limit of {} (a fork bomb or runaway loop?); every process in it was killed and the shell restarted in {} with its exported variables",
+                    self.sandbox.pids_limit(),
+                    self.cwd
+                ));
+            }
+            Ending::Marker { code, cwd, .. } => {
                 result.exit_code = Some(code);
                 self.cwd = cwd;
             }
@@ -268,6 +289,9 @@ impl Shell {
         result.total_bytes = collector.total_bytes();
         result.cut_bytes = collector.cut_bytes();
         result.output = collector.render();
+        if result.interrupted || result.timed_out {
+            result.output = strip_kill_reports(&result.output);
+        }
         result.duration = started.elapsed();
         Ok(result)
     }
@@ -298,14 +322,17 @@ impl Shell {
                 let after = at + marker.len();
                 if let Some(nl) = self.pending[after..].iter().position(|&b| b == b'\n') {
                     let line = String::from_utf8_lossy(&self.pending[after..after + nl]).to_string();
-                    let (code, cwd) = line.split_once(':').unwrap_or((line.as_str(), ""));
-                    let code = code.trim().parse().unwrap_or(-1);
-                    let cwd = cwd.to_string();
+                    let mut fields = line.splitn(4, ':');
+                    let code = fields.next().unwrap_or_default().trim().parse().unwrap_or(-1);
+                    let before = fields.next().and_then(|n| n.trim().parse().ok());
+                    let after_count = fields.next().and_then(|n| n.trim().parse().ok());
+                    let procs = (before, after_count);
+                    let cwd = fields.next().unwrap_or_default().to_string();
                     let before: Vec<u8> = self.pending[..at].to_vec();
                     collector.push(&before);
                     on_output(&before);
                     self.pending.drain(..after + nl + 1);
-                    return Ok(Ending::Marker { code, cwd });
+                    return Ok(Ending::Marker { code, procs, cwd });
                 }
             } else if self.pending.len() > marker.len() {
                 // Everything but a possible marker prefix at the end is command output.
@@ -361,6 +388,23 @@ impl Shell {
     }
 
     /// True when the container runs (nearly) as many processes as it may.
+    /// Whether the command that just ended left background processes that go on to
+    /// exhaust the process limit. Only commands that left processes behind are watched
+    /// (for a moment), so ordinary commands cost nothing more.
+    async fn left_a_fork_bomb(sandbox: &Sandbox, procs: (Option<i64>, Option<i64>)) -> bool {
+        let (Some(before), Some(after)) = procs else { return false };
+        if after <= before + 1 {
+            return false;
+        }
+        for _ in 0..5 {
+            if Self::process_limit_exhausted(sandbox).await {
+                return true;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        false
+    }
+
     async fn process_limit_exhausted(sandbox: &Sandbox) -> bool {
         let limit = sandbox.pids_limit();
         match sandbox.process_count().await {
@@ -397,6 +441,21 @@ fn new_nonce() -> String {
     uuid::Uuid::new_v4().simple().to_string()
 }
 
+/// The output without bash's reports of the jobs we killed (`bash: line 7:    14
+/// Killed   sleep 300`): the interrupt or timeout is said once, by the result.
+fn strip_kill_reports(output: &str) -> String {
+    let is_report = |line: &str| {
+        let Some(rest) = line.strip_prefix("bash: line ") else { return false };
+        let words: Vec<&str> = rest.split_whitespace().collect();
+        words.len() >= 3
+            && words[0].trim_end_matches(':').chars().all(|c| c.is_ascii_digit())
+            && words[1].chars().all(|c| c.is_ascii_digit())
+            && matches!(words[2], "Killed" | "Terminated")
+    };
+    let kept: Vec<&str> = output.split('\n').filter(|l| !is_report(l)).collect();
+    kept.join("\n")
+}
+
 /// Single-quotes a string for POSIX shells.
 pub fn shell_quote(s: &str) -> String {
     format!("'{}'", s.replace('\'', "'\\''"))
@@ -405,6 +464,13 @@ pub fn shell_quote(s: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn kill_reports_are_dropped() {
+        let out = "n1\nbash: line 7:    14 Killed                  sleep 30\nn2";
+        assert_eq!(strip_kill_reports(out), "n1\nn2");
+        assert_eq!(strip_kill_reports("bash: line 3: cd: x: No such file"), "bash: line 3: cd: x: No such file");
+    }
 
     #[test]
     fn quotes_single_quotes() {

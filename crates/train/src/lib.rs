@@ -1,8 +1,15 @@
 //! `agent train`: GRPO with LoRA or full updates on our candle Qwen3, with rollouts run
 //! through the same agent loop (and bench trials) as every other front end.
+//!
+//! Without the `engines` feature (on by default) the crate is the model code, the update,
+//! the presets and the device checks: what a CUDA build of `agent-gpu-check` needs.
+
+// Without the engines, parts of the model code only the trainer calls are unused.
+#![cfg_attr(not(feature = "engines"), allow(dead_code, unused_imports))]
 
 pub mod checkpoint;
 pub mod error;
+pub mod gpu_check;
 pub mod grpo;
 pub mod metrics;
 pub mod model;
@@ -12,14 +19,20 @@ pub mod perf;
 pub mod plan;
 pub mod plot;
 pub mod preset;
+#[cfg(feature = "engines")]
 pub mod rollout;
+#[cfg(feature = "engines")]
 pub mod run;
+#[cfg(feature = "engines")]
 pub mod setup;
+#[cfg(feature = "engines")]
 pub mod sft;
+#[cfg(feature = "engines")]
 mod step;
-#[cfg(test)]
+#[cfg(all(test, feature = "engines"))]
 mod toy_sim;
 pub mod update;
 
 pub use error::TrainError;
+#[cfg(feature = "engines")]
 pub use run::{train, EvalReport, TrainOptions};

@@ -74,6 +74,9 @@ pub struct StepMetrics {
     pub truncated: u64,
     /// Rollouts that hit the wall clock.
     pub timed_out: u64,
+    /// Of the truncated rollouts, those whose conversation outgrew the context window.
+    #[serde(default)]
+    pub context_exhausted: u64,
     /// Rollouts that failed (container or harness error).
     pub crashed: u64,
     /// Groups used in the update.

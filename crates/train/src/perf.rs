@@ -1,6 +1,7 @@
 //! Training throughput: forward + backward (+ AdamW) tokens per second of a random
 //! Qwen3-shaped model with LoRA, on shapes that the PyTorch + PEFT reference script
-//! (`scripts/train-reference.sh`) measures too.
+//! (`scripts/train-reference.sh`) measures too, on the CPU or a CUDA device, with the
+//! model FLOPs per token that utilisation (MFU) is computed from.
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -25,13 +26,20 @@ pub enum PerfShape {
     #[value(name = "100m")]
     #[serde(rename = "100m")]
     M100,
+    /// Qwen3-0.6B's shape: hidden 1024, 28 layers, 16 heads, 8 KV heads, head 128,
+    /// intermediate 3072, vocab 151936, tied head (596M); LoRA r=16.
+    #[value(name = "qwen3-0.6b")]
+    #[serde(rename = "qwen3-0.6b")]
+    Qwen3_0_6b,
 }
 
 impl PerfShape {
-    fn config(self) -> (Qwen3Config, usize) {
+    /// The model configuration and the LoRA rank of the shape.
+    pub fn config(self) -> (Qwen3Config, usize) {
         let (h, l, nh, nkv, hd, i, v, r) = match self {
             PerfShape::Tiny => (64, 2, 4, 2, 16, 128, 1024, 8),
             PerfShape::M100 => (768, 12, 12, 4, 64, 2048, 32768, 16),
+            PerfShape::Qwen3_0_6b => (1024, 28, 16, 8, 128, 3072, 151936, 16),
         };
         let cfg = Qwen3Config {
             vocab_size: v,
@@ -67,6 +75,10 @@ pub enum PerfMode {
 #[derive(Debug, Clone, Serialize)]
 pub struct SpeedReport {
     pub engine: &'static str,
+    /// `cpu` or `cuda:N`.
+    pub device: String,
+    /// `f32` or `bf16`.
+    pub dtype: String,
     pub shape: PerfShape,
     pub mode: PerfMode,
     pub params: u64,
@@ -77,21 +89,44 @@ pub struct SpeedReport {
     pub step_secs: Vec<f64>,
     pub median_step_secs: f64,
     pub tokens_per_sec: f64,
+    /// Model FLOPs per trained token (see [`flops_per_token`]).
+    pub flops_per_token: f64,
+    /// `flops_per_token × tokens_per_sec`, in TFLOP/s.
+    pub achieved_tflops: f64,
 }
 
-/// Times `steps` training steps (after `warmup` untimed ones) on random tokens.
-pub fn measure(
-    shape: PerfShape,
-    mode: PerfMode,
-    batch: usize,
-    seq: usize,
-    steps: usize,
-    warmup: usize,
-) -> Result<SpeedReport, TrainError> {
+/// Model FLOPs per token of one step in `mode`, the way MFU is usually counted: 2 per
+/// weight of every matrix product (the head included, the embedding lookup not) for the
+/// forward pass, as much again for the activations' gradients, as much again for the
+/// weights' gradients in full training (a frozen base with LoRA has none; the adapters'
+/// own products are under 1% and left out), and attention's score and value products
+/// (`4·layers·seq·q_width` forward, counted over the whole square as computed) with the
+/// same multipliers.
+pub fn flops_per_token(cfg: &Qwen3Config, seq: usize, mode: PerfMode, full: bool) -> f64 {
+    let (h, i) = (cfg.hidden_size as f64, cfg.intermediate_size as f64);
+    let (q, kv) = ((cfg.num_attention_heads * cfg.head_dim()) as f64, (cfg.num_key_value_heads * cfg.head_dim()) as f64);
+    let per_layer = h * q * 2.0 + h * kv * 2.0 + 3.0 * h * i;
+    let matmul = cfg.num_hidden_layers as f64 * per_layer + cfg.vocab_size as f64 * h;
+    let attention = 4.0 * cfg.num_hidden_layers as f64 * seq as f64 * q;
+    let passes = match mode {
+        PerfMode::Forward => 1.0,
+        PerfMode::Fwdbwd | PerfMode::Step => {
+            if full {
+                3.0
+            } else {
+                2.0
+            }
+        }
+    };
+    let attention_passes = if matches!(mode, PerfMode::Forward) { 1.0 } else { 3.0 };
+    2.0 * matmul * passes + attention * attention_passes
+}
+
+/// Random weights of a Qwen3 of shape `cfg` (uniform ±0.02, norms at 1), on the CPU in f32.
+pub fn random_weights(cfg: &Qwen3Config, seed: u64) -> Result<HashMap<String, Tensor>, TrainError> {
     use rand::{Rng, SeedableRng};
     let device = Device::Cpu;
-    let (cfg, rank) = shape.config();
-    let mut rng = rand::rngs::StdRng::seed_from_u64(0);
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
     let mut tensors = HashMap::new();
     let mut put = |name: String, dims: &[usize], rng: &mut rand::rngs::StdRng, norm: bool| -> Result<(), TrainError> {
         let n: usize = dims.iter().product();
@@ -117,15 +152,110 @@ pub fn measure(
         put(format!("{p}.mlp.down_proj.weight"), &[h, i], &mut rng, false)?;
     }
     put("model.norm.weight".into(), &[h], &mut rng, true)?;
-    let params: u64 = tensors.values().map(|t| t.elem_count() as u64).sum();
-    let lora = LoraSettings {
+    Ok(tensors)
+}
+
+/// The LoRA settings the benchmarks use: every projection, alpha = 2·rank.
+pub fn lora_settings(rank: usize) -> LoraSettings {
+    LoraSettings {
         rank,
         alpha: 2.0 * rank as f64,
         dropout: 0.0,
         targets: LORA_TARGETS.iter().map(|s| s.to_string()).collect(),
-    };
+    }
+}
+
+/// Where and in what precision a measurement runs.
+#[derive(Debug, Clone)]
+pub struct PerfTarget {
+    pub device: Device,
+    pub dtype: DType,
+}
+
+/// A compute precision, as the command line names it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum PerfDtype {
+    F32,
+    Bf16,
+}
+
+impl PerfTarget {
+    /// `cpu`, `cuda` or `cuda:N`, in `dtype`.
+    pub fn parse(device: &str, dtype: PerfDtype) -> Result<PerfTarget, TrainError> {
+        let device = match device {
+            "cpu" => Device::Cpu,
+            "cuda" => cuda_device(0)?,
+            other => match other.strip_prefix("cuda:").and_then(|n| n.parse::<usize>().ok()) {
+                Some(n) => cuda_device(n)?,
+                None => {
+                    return Err(TrainError::Config(format!(
+                        "unknown device `{other}`: use `cpu`, `cuda` or `cuda:N`"
+                    )))
+                }
+            },
+        };
+        let dtype = match dtype {
+            PerfDtype::F32 => DType::F32,
+            PerfDtype::Bf16 => DType::BF16,
+        };
+        Ok(PerfTarget { device, dtype })
+    }
+}
+
+/// CUDA device `n`, or an error that says what to do.
+pub fn cuda_device(n: usize) -> Result<Device, TrainError> {
+    Device::new_cuda(n).map_err(|e| {
+        TrainError::Config(format!("CUDA device {n} is not usable ({e}); this needs a build with --features cuda and a GPU"))
+    })
+}
+
+impl Default for PerfTarget {
+    fn default() -> Self {
+        PerfTarget { device: Device::Cpu, dtype: DType::F32 }
+    }
+}
+
+/// `cpu` or `cuda:N`.
+pub fn device_name(device: &Device) -> String {
+    match device.location() {
+        candle_core::DeviceLocation::Cpu => "cpu".into(),
+        candle_core::DeviceLocation::Cuda { gpu_id } => format!("cuda:{gpu_id}"),
+        candle_core::DeviceLocation::Metal { gpu_id } => format!("metal:{gpu_id}"),
+    }
+}
+
+/// Times `steps` training steps (after `warmup` untimed ones) on random tokens.
+pub fn measure(
+    shape: PerfShape,
+    mode: PerfMode,
+    batch: usize,
+    seq: usize,
+    steps: usize,
+    warmup: usize,
+    target: &PerfTarget,
+) -> Result<SpeedReport, TrainError> {
+    use rand::{Rng, SeedableRng};
+    let device = target.device.clone();
+    let (cfg, rank) = shape.config();
+    let mut rng = rand::rngs::StdRng::seed_from_u64(1);
+    let tensors = random_weights(&cfg, 0)?;
+    let params: u64 = tensors.values().map(|t| t.elem_count() as u64).sum();
     let vocab = cfg.vocab_size;
-    let model = Qwen3::from_tensors(cfg, tensors, &TrainMode::Lora(lora), DType::F32, &device, 0, Path::new("random"))?;
+    let flops = flops_per_token(&cfg, seq, mode, false);
+    let tensors = tensors
+        .into_iter()
+        .map(|(k, t)| Ok((k, t.to_device(&device).ctx("moving weights to the device")?)))
+        .collect::<Result<HashMap<_, _>, TrainError>>()?;
+    let model = Qwen3::from_tensors(
+        cfg,
+        tensors,
+        &TrainMode::Lora(lora_settings(rank)),
+        target.dtype,
+        &device,
+        0,
+        Path::new("random"),
+    )?;
     let trainable: u64 = model.trainable().iter().map(|(_, v)| v.as_tensor().elem_count() as u64).sum();
     let adam = AdamWSettings { lr: 1e-4, beta1: 0.9, beta2: 0.999, eps: 1e-8, weight_decay: 0.0 };
     let mut opt = AdamW::new(model.trainable(), adam)?;
@@ -184,6 +314,8 @@ pub fn measure(
                 )?;
             }
         }
+        // CUDA queues work asynchronously: the step ends when the device is done.
+        device.synchronize().ctx("waiting for the device")?;
         if k >= warmup {
             times.push(t.elapsed().as_secs_f64());
         }
@@ -191,8 +323,11 @@ pub fn measure(
     let mut sorted = times.clone();
     sorted.sort_by(f64::total_cmp);
     let median = sorted.get(sorted.len() / 2).copied().unwrap_or(f64::NAN);
+    let tokens_per_sec = (batch * seq) as f64 / median;
     Ok(SpeedReport {
         engine: "candle",
+        device: device_name(&device),
+        dtype: format!("{:?}", target.dtype).to_lowercase(),
         shape,
         mode,
         params,
@@ -202,6 +337,8 @@ pub fn measure(
         threads: candle_core::utils::get_num_threads(),
         step_secs: times,
         median_step_secs: median,
-        tokens_per_sec: (batch * seq) as f64 / median,
+        tokens_per_sec,
+        flops_per_token: flops,
+        achieved_tflops: flops * tokens_per_sec / 1e12,
     })
 }

@@ -4,7 +4,7 @@
 
 use std::collections::HashMap;
 
-use candle_core::{Tensor, TensorId, Var};
+use candle_core::{DType, Tensor, TensorId, Var};
 use rand::seq::SliceRandom;
 use rand::SeedableRng;
 
@@ -158,7 +158,8 @@ pub fn sample_logprobs(
         let batch = TokenBatch::new(&seqs, pad, model.device()).ctx("building a batch")?;
         let hidden = model.hidden(&batch.ids, mode).ctx("scoring tokens")?;
         let (logp, _) = token_logprobs(model, &hidden, &batch, chunk).ctx("scoring tokens")?;
-        let logp = logp.detach().to_vec1::<f32>().ctx("scoring tokens")?;
+        // An f64 model (the parity checks' reference) scores in f64; samples keep f32.
+        let logp = logp.detach().to_dtype(DType::F32).and_then(|t| t.to_vec1::<f32>()).ctx("scoring tokens")?;
         let mut per = vec![Vec::new(); group.len()];
         for (v, &b) in logp.into_iter().zip(&batch.seq_of_token) {
             per[b].push(v);
@@ -317,6 +318,9 @@ fn micro_grads(
     let sums = std::cell::RefCell::new((LossSums::default(), 0.0f64));
     let head = |hidden: &Tensor| -> candle_core::Result<Tensor> {
         let (logp, entropy) = token_logprobs(policy, hidden, &batch, settings.chunk)?;
+        // The loss is computed in f32 (its inputs are); an f64 model's gradient still
+        // flows back through the conversion in f64.
+        let logp = logp.to_dtype(DType::F32)?;
         let inputs = LossInputs {
             logp: &logp,
             old_logp: &old_t,

@@ -16,19 +16,48 @@ use super::composer::Composer;
 use super::popup::{file_popup, slash_popup, Popup, PopupKind};
 use super::transcript::Transcript;
 
+/// How often the `@` completion lists the workspace again at most.
+const FILES_REFRESH: Duration = Duration::from_secs(2);
 /// How long a first Ctrl+C waits for the second.
 const QUIT_WINDOW: Duration = Duration::from_secs(2);
+/// The hint while an interrupt is on its way (cleared when the turn ends).
+const INTERRUPTING: &str = "interrupting…";
+
+/// `12345` as `12,345`.
+fn group(n: u64) -> String {
+    let digits = n.to_string();
+    let mut out = String::new();
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i) % 3 == 0 {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
+/// Seconds as `42s` or `3m 05s`.
+fn duration(secs: u64) -> String {
+    if secs < 60 {
+        format!("{secs}s")
+    } else {
+        format!("{}m {:02}s", secs / 60, secs % 60)
+    }
+}
 
 /// Something the runner must do on the UI's behalf.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Effect {
     /// Send an op to the core.
     Op(Op),
-    /// Run `!cmd` in the sandbox; the result comes back through [`App::shell_done`].
+    /// Run `!cmd` in the sandbox; output comes back through [`App::shell_output`], the
+    /// end through [`App::shell_done`].
     Shell { id: String, cmd: String },
-    /// End the current session and start a fresh one on the same sandbox, with
-    /// another model when given.
-    Restart { model: Option<String> },
+    /// Stop the running `!cmd`s.
+    CancelShells,
+    /// End the current session and start a new one on the same sandbox, with another
+    /// model when given; the new one continues the conversation if `keep_conversation`.
+    Restart { model: Option<String>, keep_conversation: bool },
     /// Show the saved sessions.
     ListSessions,
     /// Load a saved session into a fresh context.
@@ -95,8 +124,18 @@ pub struct App {
     always: HashSet<String>,
     quit_armed: Option<Instant>,
     pub(super) files: Vec<String>,
+    /// The host folder the workspace is, and when its files were last listed.
+    workspace_root: std::path::PathBuf,
+    files_listed: Instant,
     pub(super) last_todo: Option<String>,
+    /// When the streaming reply's first text came, and its bytes since.
     stream: Option<(Instant, usize)>,
+    /// When the turn's work began (for the working indicator's elapsed time).
+    pub busy_since: Option<Instant>,
+    /// The local engine's progress through the prompt: tokens evaluated and total.
+    pub prompt_progress: Option<(u64, u64)>,
+    /// Frames drawn, for the spinner.
+    pub frame: u64,
     shell_seq: u32,
     /// Results of `!cmd`s since the last message, told to the model with the next one.
     shell_notes: Vec<String>,
@@ -105,11 +144,14 @@ pub struct App {
 
 /// The most bytes of a `!cmd`'s output passed on to the model.
 const SHELL_NOTE_BYTES: usize = 4000;
+/// How much of a running `!cmd`'s output its cell keeps.
+const SHELL_LIVE_BYTES: usize = 64 * 1024;
 /// How a `!cmd` note passed on to the model starts and ends.
 const SHELL_NOTE_START: &str = "(I ran `";
 const SHELL_NOTE_END: &str = "</bash_output>\n\n";
 
-/// A sent message without the `!cmd` notes put before it (for showing it again).
+/// A sent message without the `!cmd` notes put before it and the `@path` files after
+/// it (for showing it again).
 pub fn strip_shell_notes(text: &str) -> &str {
     let mut s = text;
     while s.starts_with(SHELL_NOTE_START) {
@@ -118,7 +160,11 @@ pub fn strip_shell_notes(text: &str) -> &str {
             None => break,
         }
     }
-    s
+    // `@path` attachments follow the user's own words.
+    match s.find("\n\n<attached_file path=") {
+        Some(i) => &s[..i],
+        None => s,
+    }
 }
 
 /// The next mode for Shift+Tab.
@@ -165,8 +211,13 @@ impl App {
             always: HashSet::new(),
             quit_armed: None,
             files: cfg.files,
+            workspace_root: std::path::PathBuf::from(&cfg.workspace),
+            files_listed: Instant::now(),
             last_todo: None,
             stream: None,
+            busy_since: None,
+            prompt_progress: None,
+            frame: 0,
             shell_seq: 0,
             shell_notes: Vec::new(),
             should_quit: false,
@@ -218,9 +269,15 @@ impl App {
         let mut effects = Vec::new();
         match key.code {
             KeyCode::Esc => {
-                if self.popup.take().is_none() && self.busy {
-                    effects.push(Effect::Op(Op::Interrupt));
-                    self.hint = Some("interrupting…".into());
+                if self.popup.take().is_none() {
+                    if self.shell_running() {
+                        effects.push(Effect::CancelShells);
+                        self.hint = Some(INTERRUPTING.into());
+                    }
+                    if self.busy {
+                        effects.push(Effect::Op(Op::Interrupt));
+                        self.hint = Some(INTERRUPTING.into());
+                    }
                 }
                 return effects;
             }
@@ -232,8 +289,11 @@ impl App {
                 self.transcript.opts.expanded = !self.transcript.opts.expanded;
                 return effects;
             }
-            KeyCode::PageUp => self.transcript.scroll_by(10),
-            KeyCode::PageDown => self.transcript.scroll_by(-10),
+            KeyCode::PageUp => self.transcript.page(true),
+            KeyCode::PageDown => self.transcript.page(false),
+            // With nothing typed, Home and End move through the transcript.
+            KeyCode::Home if self.composer.is_empty() || ctrl => self.transcript.scroll_by(isize::MAX / 2),
+            KeyCode::End if self.composer.is_empty() || ctrl => self.transcript.scroll = 0,
             KeyCode::Enter if key.modifiers.intersects(KeyModifiers::SHIFT | KeyModifiers::ALT) => {
                 self.composer.insert_char('\n')
             }
@@ -351,6 +411,9 @@ impl App {
     }
 
     fn refresh_popup(&mut self) {
+        if self.composer.at_word().is_some() {
+            self.refresh_files();
+        }
         let text = self.composer.text();
         let popup = slash_popup(text).or_else(|| self.composer.at_word().and_then(|w| file_popup(w, &self.files)));
         // A command typed out in full needs no popup.
@@ -368,7 +431,7 @@ impl App {
         if self.composer.text().trim().is_empty() {
             return Vec::new();
         }
-        let text = self.composer.submit();
+        let (shown, text) = self.composer.submit_parts();
         self.transcript.scroll = 0;
         let trimmed = text.trim();
         if trimmed.starts_with('/') {
@@ -386,23 +449,84 @@ impl App {
             }));
             return vec![Effect::Shell { id, cmd: cmd.trim().to_string() }];
         }
-        self.user_turn(text)
+        self.user_turn_shown(text, shown)
     }
 
-    /// Starts a turn with this message.
+    /// Lists the workspace's files again for `@` completion (files come and go while
+    /// the agent works), at most once every two seconds.
+    fn refresh_files(&mut self) {
+        if self.files_listed.elapsed() < FILES_REFRESH || !self.workspace_root.is_dir() {
+            return;
+        }
+        self.files = super::popup::scan_workspace(&self.workspace_root);
+        self.files_listed = Instant::now();
+    }
+
+    /// Starts a turn with this message; the files it mentions as `@path` go with it.
     pub fn user_turn(&mut self, text: String) -> Vec<Effect> {
-        self.transcript.push(CellKind::User { text: text.clone() });
+        self.user_turn_shown(text.clone(), text)
+    }
+
+    /// Starts a turn with `text`, showing `shown` in the transcript (a large paste stays
+    /// a placeholder there, as in the composer).
+    fn user_turn_shown(&mut self, text: String, shown: String) -> Vec<Effect> {
+        self.transcript.push(CellKind::User { text: shown });
+        let attached = super::attach::attach_mentions(&text, &self.workspace_root);
+        for note in &attached.notes {
+            self.info(note.clone());
+        }
         self.busy = true;
+        self.busy_since = Some(Instant::now());
         let mut sent = String::new();
         for note in self.shell_notes.drain(..) {
             sent.push_str(&note);
         }
         sent.push_str(&text);
+        sent.push_str(&attached.appendix);
         vec![Effect::Op(Op::UserTurn { text: sent })]
     }
 
-    /// A `!cmd` finished.
-    pub fn shell_done(&mut self, id: &str, output: String, exit_code: Option<i64>, duration_ms: u64) {
+    /// The working indicator: a spinner, what the agent does now and for how long.
+    pub fn working_line(&self) -> Option<String> {
+        if !self.busy && !self.shell_running() {
+            return None;
+        }
+        const SPINNER: [char; 10] = ['⠋', '⠙', '⠹', '⠸', '⠼', '⠴', '⠦', '⠧', '⠇', '⠏'];
+        let spin = SPINNER[(self.frame % SPINNER.len() as u64) as usize];
+        let phase = match (self.busy, self.prompt_progress, self.stream) {
+            (true, Some((done, total)), None) => format!("reading the prompt {}/{} tokens", group(done), group(total)),
+            (true, _, _) => "working".to_string(),
+            (false, _, _) => "running the command".to_string(),
+        };
+        let secs = self.busy_since.map(|t| t.elapsed().as_secs()).unwrap_or(0);
+        let elapsed = if secs >= 1 { format!(" · {}", duration(secs)) } else { String::new() };
+        Some(format!("{spin} {phase}{elapsed} · Esc to interrupt"))
+    }
+
+    /// Whether a `!cmd` is running.
+    pub fn shell_running(&self) -> bool {
+        self.transcript.cells().any(|c| matches!(c, CellKind::Tool(t) if t.tool == "!" && t.status == ToolStatus::Running))
+    }
+
+    /// Output of a running `!cmd`, as it arrives (the cell keeps the last
+    /// [`SHELL_LIVE_BYTES`]; the whole capped output replaces it at the end).
+    pub fn shell_output(&mut self, id: &str, chunk: &str) {
+        let Some(t) = self.transcript.tool_mut(id) else { return };
+        t.output.push_str(chunk);
+        if t.output.len() > SHELL_LIVE_BYTES {
+            let mut cut = t.output.len() - SHELL_LIVE_BYTES;
+            while !t.output.is_char_boundary(cut) {
+                cut += 1;
+            }
+            t.output.drain(..cut);
+        }
+    }
+
+    /// A `!cmd` ended (by itself, or stopped by Esc when `interrupted`).
+    pub fn shell_done(&mut self, id: &str, output: String, exit_code: Option<i64>, interrupted: bool, duration_ms: u64) {
+        if self.hint.as_deref() == Some(INTERRUPTING) && !self.busy {
+            self.hint = None;
+        }
         let Some(t) = self.transcript.tool_mut(id) else { return };
         let cmd = t.args.get("cmd").and_then(Value::as_str).unwrap_or_default().to_string();
         let mut shown = output.clone();
@@ -415,8 +539,16 @@ impl App {
             shown.push_str("\n[… output cut]");
         }
         t.output = output;
-        t.status = ToolStatus::Done { exit_code, duration_ms, timed_out: exit_code.is_none() };
-        let code = exit_code.map_or("none".to_string(), |c| c.to_string());
+        t.status = if interrupted {
+            ToolStatus::Interrupted
+        } else {
+            ToolStatus::Done { exit_code, duration_ms, timed_out: exit_code.is_none() }
+        };
+        let code = match (interrupted, exit_code) {
+            (true, _) => "none (I interrupted it)".to_string(),
+            (false, Some(c)) => c.to_string(),
+            (false, None) => "none".to_string(),
+        };
         self.shell_notes.push(format!(
             "{SHELL_NOTE_START}{cmd}` in the sandbox myself; exit code {code}; its output:)\n<bash_output>\n{}\n{SHELL_NOTE_END}",
             shown.trim_end()
@@ -426,6 +558,11 @@ impl App {
     /// The turn's work ended (finish, interrupt, a stop, an error).
     fn idle(&mut self) {
         self.busy = false;
+        self.busy_since = None;
+        self.prompt_progress = None;
+        if self.hint.as_deref() == Some(INTERRUPTING) {
+            self.hint = None;
+        }
         self.stream = None;
         self.approval = None;
         self.transcript.update_all(|c| match c {
@@ -451,19 +588,26 @@ impl App {
             }
             Event::TurnStarted { turn } => {
                 self.busy = true;
+                self.busy_since.get_or_insert_with(Instant::now);
                 self.status.turns = self.status.turns.max(turn);
-                self.stream = Some((Instant::now(), 0));
+                // Decode speed counts from the first text, not from the prompt's start.
+                self.stream = None;
+                self.prompt_progress = None;
                 self.transcript.push(CellKind::Assistant { text: String::new(), streaming: true });
                 self.transcript.scroll = 0;
             }
+            Event::PromptProgress { evaluated, total, .. } => {
+                self.prompt_progress = Some((evaluated, total));
+                self.status.context_used = total;
+            }
             Event::AssistantDelta { text, .. } => {
-                if let Some((started, chars)) = &mut self.stream {
-                    *chars += text.len();
-                    let secs = started.elapsed().as_secs_f64();
-                    if secs > 0.2 {
-                        // Four bytes per token, as the core's own estimate.
-                        self.status.tokens_per_sec = Some(*chars as f64 / 4.0 / secs);
-                    }
+                self.prompt_progress = None;
+                let (started, chars) = self.stream.get_or_insert_with(|| (Instant::now(), 0));
+                *chars += text.len();
+                let secs = started.elapsed().as_secs_f64();
+                if secs > 0.2 {
+                    // Four bytes per token, as the core's own estimate.
+                    self.status.tokens_per_sec = Some(*chars as f64 / 4.0 / secs);
                 }
                 if let Some(CellKind::Assistant { text: t, streaming: true }) = self.transcript.last_mut() {
                     t.push_str(&text);
@@ -515,10 +659,6 @@ impl App {
                 if tool == "todo" {
                     self.last_todo = Some(observation);
                 }
-                // `finish` ends the user's turn; the core sends nothing else for it.
-                if tool == "finish" {
-                    self.idle();
-                }
             }
             Event::ApprovalRequest { call_id, tool, args } => {
                 if self.auto_approved(&tool) {
@@ -540,13 +680,8 @@ impl App {
                 self.idle();
                 self.info("interrupted");
             }
-            Event::Notice { message } => {
-                // "stopped: …" is how the core reports a turn that ended by a limit.
-                if message.starts_with("stopped:") {
-                    self.idle();
-                }
-                self.info(message);
-            }
+            Event::Notice { message } => self.info(message),
+            Event::TaskComplete => self.idle(),
             Event::Error { message, fatal } => {
                 if fatal {
                     self.idle();
@@ -557,7 +692,7 @@ impl App {
                 self.idle();
                 if reason != agent_protocol::EndReason::Shutdown {
                     self.info(format!(
-                        "the session ended ({}); the next message starts a fresh one",
+                        "the session ended ({}); the next message continues the conversation in a new one",
                         reason.describe()
                     ));
                 }

@@ -102,7 +102,7 @@ fn bang_runs_a_shell_command_and_slash_opens_the_popup() {
 }
 
 #[test]
-fn streaming_builds_one_assistant_cell_and_finish_ends_the_turn() {
+fn streaming_builds_one_assistant_cell_and_the_core_ends_the_turn() {
     let mut a = app();
     a.user_turn("go".into());
     a.on_core(Event::TurnStarted { turn: 1 });
@@ -126,7 +126,34 @@ fn streaming_builds_one_assistant_cell_and_finish_ends_the_turn() {
         duration_ms: 1,
         timed_out: false,
     });
+    assert!(a.busy, "the core says when the turn's work is over");
+    a.on_key(key(KeyCode::Esc));
+    assert_eq!(a.hint.as_deref(), Some("interrupting…"));
+    a.on_core(Event::TaskComplete);
     assert!(!a.busy);
+    assert_eq!(a.hint, None, "the interrupt hint goes with the turn");
+}
+
+#[test]
+fn a_running_shell_command_shows_output_live_and_esc_stops_it() {
+    let mut a = app();
+    type_text(&mut a, "!for i in 1 2 3; do echo n$i; sleep 1; done");
+    assert_eq!(a.on_key(key(KeyCode::Enter)), vec![Effect::Shell {
+        id: "!1".into(),
+        cmd: "for i in 1 2 3; do echo n$i; sleep 1; done".into()
+    }]);
+    a.shell_output("!1", "n1\n");
+    a.shell_output("!1", "n2\n");
+    assert!(matches!(a.transcript.cells().next_back(), Some(CellKind::Tool(t)) if t.output == "n1\nn2\n"));
+    assert!(a.shell_running());
+    assert_eq!(a.on_key(key(KeyCode::Esc)), vec![Effect::CancelShells]);
+    a.shell_done("!1", "n1\nn2\n".into(), None, true, 1500);
+    assert!(!a.shell_running());
+    assert!(
+        matches!(a.transcript.cells().next_back(), Some(CellKind::Tool(t)) if t.status == ToolStatus::Interrupted)
+    );
+    let fx = a.user_turn("next".into());
+    assert!(matches!(&fx[..], [Effect::Op(Op::UserTurn { text })] if text.contains("I interrupted it")), "{fx:?}");
 }
 
 #[test]
@@ -134,7 +161,7 @@ fn shell_results_reach_the_model_with_the_next_message() {
     let mut a = app();
     type_text(&mut a, "!ls");
     a.on_key(key(KeyCode::Enter));
-    a.shell_done("!1", "a.txt\n".into(), Some(0), 5);
+    a.shell_done("!1", "a.txt\n".into(), Some(0), false, 5);
     let fx = a.user_turn("what is there?".into());
     match &fx[..] {
         [Effect::Op(Op::UserTurn { text })] => {

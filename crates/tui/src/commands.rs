@@ -29,7 +29,7 @@ pub fn run_slash(app: &mut App, line: &str) -> Vec<Effect> {
         "clear" => {
             app.transcript.clear();
             app.transcript.push(CellKind::Info { text: "transcript cleared; a fresh context starts".into() });
-            vec![Effect::Restart { model: None }]
+            vec![Effect::Restart { model: None, keep_conversation: false }]
         }
         "compact" => {
             app.info("compacting the history…");
@@ -41,13 +41,19 @@ pub fn run_slash(app: &mut App, line: &str) -> Vec<Effect> {
                 Vec::new()
             }
             Some(spec) => {
-                app.info(format!("switching to {spec}…"));
-                vec![Effect::Restart { model: Some(spec.to_string()) }]
+                app.info(format!("switching to {spec}… (the conversation carries over)"));
+                vec![Effect::Restart { model: Some(spec.to_string()), keep_conversation: true }]
             }
         },
         "approval" => {
             let mode = match arg {
-                None => super::app::next_mode(app.mode),
+                None => {
+                    app.info(format!(
+                        "approval mode: {} (change with /approval ask|auto-edit|auto, or Shift+Tab)",
+                        mode_name(app.mode)
+                    ));
+                    return Vec::new();
+                }
                 Some("ask") => ApprovalMode::Ask,
                 Some("auto-edit") => ApprovalMode::AutoEdit,
                 Some("auto") => ApprovalMode::Auto,
@@ -98,8 +104,17 @@ pub fn run_slash(app: &mut App, line: &str) -> Vec<Effect> {
     }
 }
 
+/// The list from the last `todo` observation: without its wrapper and without the line
+/// that reported the change ("added #3").
 fn strip_wrapper(obs: &str) -> String {
-    obs.trim().trim_start_matches("<todo_output>").trim_end_matches("</todo_output>").trim().to_string()
+    let list = obs.trim().trim_start_matches("<todo_output>").trim_end_matches("</todo_output>").trim();
+    let first = list.lines().next().unwrap_or_default();
+    let list = if ["added #", "completed #", "deleted #"].iter().any(|p| first.starts_with(p)) {
+        list.split_once('\n').map(|(_, rest)| rest).unwrap_or_default()
+    } else {
+        list
+    };
+    list.trim().to_string()
 }
 
 #[cfg(test)]
@@ -128,15 +143,20 @@ mod tests {
     fn commands_map_to_effects() {
         let mut a = app();
         assert_eq!(run_slash(&mut a, "/compact"), vec![Effect::Op(Op::Compact)]);
-        assert_eq!(run_slash(&mut a, "/model default"), vec![Effect::Restart { model: Some("default".into()) }]);
+        assert_eq!(run_slash(&mut a, "/model default"), vec![Effect::Restart { model: Some("default".into()), keep_conversation: true }]);
         assert_eq!(run_slash(&mut a, "/resume abc"), vec![Effect::Resume { id: "abc".into() }]);
         assert_eq!(run_slash(&mut a, "/quit"), vec![Effect::Quit]);
         assert!(run_slash(&mut a, "/approval ask").is_empty());
         assert_eq!(a.mode, ApprovalMode::Ask);
+        // Bare `/approval` shows the mode; it does not change it.
         run_slash(&mut a, "/approval");
-        assert_eq!(a.mode, ApprovalMode::AutoEdit);
+        assert_eq!(a.mode, ApprovalMode::Ask);
+        assert!(last_text(&a).starts_with("approval mode: ask"), "{}", last_text(&a));
         run_slash(&mut a, "/todo");
         assert!(last_text(&a).contains("no todo list"));
+        a.last_todo = Some("<todo_output>\nadded #2\n[ ] #1 a\n[ ] #2 b\n</todo_output>".into());
+        run_slash(&mut a, "/todo");
+        assert_eq!(last_text(&a), "[ ] #1 a\n[ ] #2 b");
         run_slash(&mut a, "/cost");
         assert!(last_text(&a).starts_with("tokens: 0 prompt"));
         run_slash(&mut a, "/help");

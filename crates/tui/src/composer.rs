@@ -204,17 +204,22 @@ impl Composer {
     /// Takes the message for sending: placeholders are expanded, the shown text goes
     /// into the history, the box is emptied.
     pub fn submit(&mut self) -> String {
+        self.submit_parts().1
+    }
+
+    /// Like [`Composer::submit`], returning the text as shown (placeholders kept) too.
+    pub fn submit_parts(&mut self) -> (String, String) {
         let shown = std::mem::take(&mut self.text);
         let mut full = shown.clone();
         for (ph, content) in self.pastes.drain(..) {
             full = full.replacen(&ph, &content, 1);
         }
         if !shown.trim().is_empty() && self.history.last() != Some(&shown) {
-            self.history.push(shown);
+            self.history.push(shown.clone());
         }
         self.cursor = 0;
         self.browsing = None;
-        full
+        (shown, full)
     }
 
     /// The word under the cursor when it starts with `@` (for path completion).

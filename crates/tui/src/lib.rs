@@ -5,6 +5,7 @@
 //! [`runner`] connects it to the terminal, the core and the sandbox.
 
 pub mod app;
+mod attach;
 pub mod cell;
 mod commands;
 pub mod composer;

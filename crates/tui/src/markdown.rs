@@ -1,7 +1,9 @@
-//! Markdown to styled lines: headings, emphasis, inline code, lists, quotes, rules
-//! and fenced code blocks (highlighted).
+//! Markdown to styled lines: headings, emphasis, inline code, links with their
+//! targets, lists, quotes, rules, tables laid out in columns and fenced code blocks
+//! (highlighted).
 
-use pulldown_cmark::{CodeBlockKind, Event as Md, HeadingLevel, Options, Parser, Tag, TagEnd};
+use pulldown_cmark::{Alignment, CodeBlockKind, Event as Md, HeadingLevel, Options, Parser, Tag, TagEnd};
+use unicode_width::UnicodeWidthStr;
 use ratatui::style::{Color, Modifier, Style};
 use ratatui::text::{Line, Span};
 
@@ -17,6 +19,20 @@ struct Renderer {
     code: Option<(String, String)>,
     /// A list item's bullet, written before its first text.
     pending_prefix: Option<String>,
+    /// The targets of the open links, shown after their text.
+    links: Vec<String>,
+    /// The table being read (its cells are laid out when it ends).
+    table: Option<Table>,
+}
+
+/// A table's cells as plain text, laid out in columns at its end.
+#[derive(Default)]
+struct Table {
+    aligns: Vec<Alignment>,
+    /// Header rows first.
+    rows: Vec<Vec<String>>,
+    head_rows: usize,
+    cell: String,
 }
 
 impl Renderer {
@@ -36,6 +52,10 @@ impl Renderer {
     }
 
     fn text(&mut self, text: &str) {
+        if let Some(t) = &mut self.table {
+            t.cell.push_str(text);
+            return;
+        }
         for (i, part) in text.split('\n').enumerate() {
             if i > 0 {
                 self.flush();
@@ -86,6 +106,8 @@ pub fn render_markdown(text: &str) -> Vec<Line<'static>> {
         quote: 0,
         code: None,
         pending_prefix: None,
+        links: Vec::new(),
+        table: None,
     };
     let opts = Options::ENABLE_STRIKETHROUGH | Options::ENABLE_TABLES | Options::ENABLE_TASKLISTS;
     for ev in Parser::new_ext(text, opts) {
@@ -96,6 +118,7 @@ pub fn render_markdown(text: &str) -> Vec<Line<'static>> {
                 Some((_, buf)) => buf.push_str(&t),
                 None => r.text(&t),
             },
+            Md::Code(t) if r.table.is_some() => r.text(&t),
             Md::Code(t) => {
                 r.start_line();
                 r.current.push(Span::styled(t.to_string(), Style::new().fg(Color::Cyan)));
@@ -130,13 +153,26 @@ fn start(r: &mut Renderer, tag: Tag<'_>) {
         Tag::Paragraph => r.flush(),
         Tag::Heading { level, .. } => {
             r.blank();
-            let marks = match level {
-                HeadingLevel::H1 => "# ",
-                HeadingLevel::H2 => "## ",
-                _ => "### ",
-            };
-            r.push_style(|s| s.add_modifier(Modifier::BOLD).fg(Color::LightMagenta));
-            r.text(marks);
+            // Levels show by style, as rendered Markdown does, not by their `#` marks.
+            r.push_style(|s| match level {
+                HeadingLevel::H1 => s.add_modifier(Modifier::BOLD | Modifier::UNDERLINED).fg(Color::LightMagenta),
+                HeadingLevel::H2 => s.add_modifier(Modifier::BOLD).fg(Color::LightMagenta),
+                _ => s.add_modifier(Modifier::BOLD),
+            });
+        }
+        Tag::Table(aligns) => {
+            r.blank();
+            r.table = Some(Table { aligns, ..Table::default() });
+        }
+        Tag::TableHead | Tag::TableRow => {
+            if let Some(t) = &mut r.table {
+                t.rows.push(Vec::new());
+            }
+        }
+        Tag::TableCell => {
+            if let Some(t) = &mut r.table {
+                t.cell.clear();
+            }
         }
         Tag::BlockQuote(_) => {
             r.flush();
@@ -170,7 +206,10 @@ fn start(r: &mut Renderer, tag: Tag<'_>) {
         Tag::Emphasis => r.push_style(|s| s.add_modifier(Modifier::ITALIC)),
         Tag::Strong => r.push_style(|s| s.add_modifier(Modifier::BOLD)),
         Tag::Strikethrough => r.push_style(|s| s.add_modifier(Modifier::CROSSED_OUT)),
-        Tag::Link { .. } => r.push_style(|s| s.fg(Color::Blue).add_modifier(Modifier::UNDERLINED)),
+        Tag::Link { dest_url, .. } => {
+            r.links.push(dest_url.to_string());
+            r.push_style(|s| s.fg(Color::Blue).add_modifier(Modifier::UNDERLINED));
+        }
         _ => {}
     }
 }
@@ -207,10 +246,86 @@ fn end(r: &mut Renderer, tag: TagEnd) {
             }
         }
         TagEnd::Item => r.flush(),
-        TagEnd::Emphasis | TagEnd::Strong | TagEnd::Strikethrough | TagEnd::Link => {
+        TagEnd::Emphasis | TagEnd::Strong | TagEnd::Strikethrough => {
             r.styles.pop();
         }
+        TagEnd::Link => {
+            r.styles.pop();
+            let url = r.links.pop().unwrap_or_default();
+            // The target is shown unless the text already is it (an autolink).
+            let shown_text = r.current.last().map(|s| s.content.to_string()).unwrap_or_default();
+            if !url.is_empty() && !shown_text.ends_with(url.trim_start_matches("mailto:")) {
+                if let Some(t) = &mut r.table {
+                    t.cell.push_str(&format!(" ({url})"));
+                } else {
+                    r.current.push(Span::styled(format!(" ({url})"), Style::new().fg(Color::DarkGray)));
+                }
+            }
+        }
+        TagEnd::TableHead => {
+            if let Some(t) = &mut r.table {
+                t.head_rows = t.rows.len();
+            }
+        }
+        TagEnd::TableCell => {
+            if let Some(t) = &mut r.table {
+                let cell = std::mem::take(&mut t.cell).trim().to_string();
+                if let Some(row) = t.rows.last_mut() {
+                    row.push(cell);
+                }
+            }
+        }
+        TagEnd::Table => {
+            if let Some(t) = r.table.take() {
+                table(r, &t);
+            }
+            r.blank();
+        }
         _ => {}
+    }
+}
+
+/// Lays a table out in columns: cells padded to their column's width and aligned as the
+/// table says, ` │ ` between columns, a rule under the header.
+fn table(r: &mut Renderer, t: &Table) {
+    r.flush();
+    let columns = t.rows.iter().map(Vec::len).max().unwrap_or(0);
+    let mut widths = vec![0usize; columns];
+    for row in &t.rows {
+        for (i, cell) in row.iter().enumerate() {
+            widths[i] = widths[i].max(cell.width());
+        }
+    }
+    let indent = r.indent();
+    let rule = Style::new().fg(Color::DarkGray);
+    for (n, row) in t.rows.iter().enumerate() {
+        let head = n < t.head_rows;
+        let mut spans = Vec::new();
+        if !indent.is_empty() {
+            spans.push(Span::styled(indent.clone(), rule));
+        }
+        for (i, width) in widths.iter().enumerate() {
+            if i > 0 {
+                spans.push(Span::styled(" │ ", rule));
+            }
+            let cell = row.get(i).map(String::as_str).unwrap_or("");
+            let pad = width.saturating_sub(cell.width());
+            let (left, right) = match t.aligns.get(i) {
+                Some(Alignment::Right) => (pad, 0),
+                Some(Alignment::Center) => (pad / 2, pad - pad / 2),
+                _ => (0, pad),
+            };
+            // The last column is not padded on the right: no trailing blanks.
+            let right = if i + 1 == widths.len() { 0 } else { right };
+            let text = format!("{}{cell}{}", " ".repeat(left), " ".repeat(right));
+            let style = if head { Style::new().add_modifier(Modifier::BOLD) } else { Style::new() };
+            spans.push(Span::styled(text, style));
+        }
+        r.lines.push(Line::from(spans));
+        if head && n + 1 == t.head_rows {
+            let line: Vec<String> = widths.iter().map(|w| "─".repeat(*w)).collect();
+            r.lines.push(Line::from(Span::styled(format!("{indent}{}", line.join("─┼─")), rule)));
+        }
     }
 }
 
@@ -244,7 +359,7 @@ mod tests {
         assert_eq!(
             out,
             vec![
-                "# Title",
+                "Title",
                 "",
                 "Some text and code.",
                 "",
@@ -258,6 +373,20 @@ mod tests {
                 "│ fn x() {}",
             ]
         );
+    }
+
+    #[test]
+    fn tables_are_laid_out_in_columns() {
+        let md = "| col a | col b | n |\n|---|:-:|--:|\n| 1 | two | 3 |\n| `x` | y | 40 |\n";
+        let out = text(&render_markdown(md));
+        assert_eq!(out, vec!["col a │ col b │  n", "──────┼───────┼───", "1     │  two  │  3", "x     │   y   │ 40"]);
+    }
+
+    #[test]
+    fn links_show_their_target_and_headings_lose_their_marks() {
+        let md = "## Docs\n\nSee [the guide](https://example.com/guide) or <https://example.com>.\n";
+        let out = text(&render_markdown(md));
+        assert_eq!(out, vec!["Docs", "", "See the guide (https://example.com/guide) or https://example.com."]);
     }
 
     #[test]

@@ -1,6 +1,7 @@
 //! The UI's event loop: terminal input, core events and `!cmd` results in; frames,
 //! ops, session restarts and the session file out.
 
+use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -8,13 +9,14 @@ use std::time::{Duration, Instant};
 use ratatui::crossterm::event::Event as TermEvent;
 use tokio::signal::unix::{signal, SignalKind};
 use tokio::sync::mpsc::{unbounded_channel, UnboundedSender};
+use tokio_util::sync::CancellationToken;
 
 use agent_core::episode::{spawn_session, SessionConfig, SessionHandle, ToolExecutor};
-use agent_core::llm::{resolve_model, ModelBackend, ModelSpec, ResolveOptions};
+use agent_core::llm::{resolve_model, ChatMessage, ModelBackend, ModelSpec, ResolveOptions};
 use agent_core::tools::ToolFormat;
 use agent_core::tools::ToolSpecs;
 use agent_protocol::{Event, Op};
-use agent_sandbox::{sanitize, Sandbox};
+use agent_sandbox::{sanitize, OutputCollector, Sandbox};
 
 use super::app::{App, AppConfig, ContainerState, Effect};
 use super::store::{self, Record, SessionWriter};
@@ -48,12 +50,12 @@ pub struct TuiContext {
     pub native_prompt: String,
 }
 
-/// A finished `!cmd`.
-struct ShellResult {
-    id: String,
-    output: String,
-    exit_code: Option<i64>,
-    duration_ms: u64,
+/// News of a running `!cmd`.
+enum ShellMsg {
+    /// Output as it arrives.
+    Output { id: String, chunk: String },
+    /// The command ended.
+    Done { id: String, output: String, exit_code: Option<i64>, interrupted: bool, duration_ms: u64 },
 }
 
 struct Runner {
@@ -63,7 +65,11 @@ struct Runner {
     base_prompt: String,
     episode: u32,
     writer: Option<SessionWriter>,
-    shell_tx: UnboundedSender<ShellResult>,
+    shell_tx: UnboundedSender<ShellMsg>,
+    /// The running `!cmd`s, to cancel them.
+    shells: HashMap<String, CancellationToken>,
+    /// The conversation of the last session, which the next one continues.
+    history: Vec<ChatMessage>,
 }
 
 /// Replays saved records into the UI (the transcript of a resumed session).
@@ -100,10 +106,12 @@ impl Runner {
             self.ctx.tool_format.resolve(&cfg.model_name, self.ctx.model.native_tools()).unwrap_or(ToolFormat::Text);
         let base = if cfg.tool_format == ToolFormat::Native { &self.ctx.native_prompt } else { &self.base_prompt };
         cfg.system_prompt = format!("{base}{extra_prompt}");
+        cfg.history = std::mem::take(&mut self.history);
         self.core = Some(spawn_session(cfg, self.ctx.model.clone(), self.ctx.specs.clone(), executor));
     }
 
-    /// Ends the running session and returns its executor (the shell and sandbox live on).
+    /// Ends the running session and returns its executor (the shell and sandbox live on);
+    /// its conversation is kept for the next session.
     async fn stop_session(&mut self) -> Option<ToolExecutor> {
         let mut core = self.core.take()?;
         let _ = core.ops.send(Op::Shutdown);
@@ -115,7 +123,10 @@ impl Runner {
         };
         let _ = tokio::time::timeout(SHUTDOWN_GRACE, drain).await;
         match tokio::time::timeout(SHUTDOWN_GRACE, &mut core.join).await {
-            Ok(Ok((_, executor))) => Some(executor),
+            Ok(Ok((summary, executor))) => {
+                self.history = summary.messages;
+                Some(executor)
+            }
             _ => {
                 core.join.abort();
                 None
@@ -143,9 +154,12 @@ impl Runner {
         Ok(())
     }
 
+    /// Replaces the session (and the model, when one is named); the new session continues
+    /// the conversation unless `keep_conversation` is false.
     async fn restart(
         &mut self,
         model: Option<String>,
+        keep_conversation: bool,
         extra_prompt: String,
         guard: &mut TerminalGuard,
     ) -> Result<(), TuiError> {
@@ -163,7 +177,11 @@ impl Runner {
                 Err(e) => self.app.error(e.to_string()),
             }
         }
-        match self.stop_session().await {
+        let stopped = self.stop_session().await;
+        if !keep_conversation {
+            self.history.clear();
+        }
+        match stopped {
             Some(executor) => {
                 self.start_session(executor, &extra_prompt);
                 self.app.status.container = ContainerState::Running(self.ctx.sandbox.name().to_string());
@@ -176,23 +194,44 @@ impl Runner {
         Ok(())
     }
 
-    fn run_shell(&self, id: String, cmd: String) {
+    fn run_shell(&mut self, id: String, cmd: String) {
         let sandbox = self.ctx.sandbox.clone();
         let tx = self.shell_tx.clone();
         let max = self.ctx.max_output;
+        let cancel = CancellationToken::new();
+        self.shells.insert(id.clone(), cancel.clone());
         tokio::spawn(async move {
             let started = Instant::now();
-            let res = sandbox.exec(&["bash", "-c", cmd.as_str()], Some("/workspace"), SHELL_TIMEOUT, max).await;
-            let (output, exit_code) = match res {
-                Ok(out) => {
-                    let mut text = sanitize(&out.stdout);
-                    text.push_str(&sanitize(&out.stderr));
-                    (text, out.exit_code)
-                }
-                Err(e) => (format!("error: {e}"), None),
+            let mut collector = OutputCollector::new(max);
+            let mut on_output = |bytes: &[u8]| {
+                collector.push(bytes);
+                let _ = tx.send(ShellMsg::Output { id: id.clone(), chunk: sanitize(bytes) });
             };
-            let _ = tx.send(ShellResult { id, output, exit_code, duration_ms: started.elapsed().as_millis() as u64 });
+            let res = sandbox.exec_streaming(&cmd, Some("/workspace"), SHELL_TIMEOUT, &cancel, &mut on_output).await;
+            sandbox.restore_ownership().await;
+            let (output, exit_code, interrupted) = match res {
+                Ok(exit) => {
+                    let mut text = collector.render();
+                    if exit.timed_out {
+                        text.push_str(&format!("\n[stopped after {} s]", SHELL_TIMEOUT.as_secs()));
+                    }
+                    (text, exit.exit_code, exit.interrupted)
+                }
+                Err(e) => (format!("error: {e}"), None, false),
+            };
+            let duration_ms = started.elapsed().as_millis() as u64;
+            let _ = tx.send(ShellMsg::Done { id, output, exit_code, interrupted, duration_ms });
         });
+    }
+
+    fn on_shell(&mut self, msg: ShellMsg) {
+        match msg {
+            ShellMsg::Output { id, chunk } => self.app.shell_output(&id, &chunk),
+            ShellMsg::Done { id, output, exit_code, interrupted, duration_ms } => {
+                self.shells.remove(&id);
+                self.app.shell_done(&id, output, exit_code, interrupted, duration_ms);
+            }
+        }
     }
 
     /// Carries out effects; returns whether the UI should quit.
@@ -210,8 +249,9 @@ impl Runner {
                         }
                         self.record(&Record::User { text: text.clone() });
                         if self.core.is_none() {
-                            // The last session ended (an error or a limit): start afresh.
-                            self.restart(None, String::new(), guard).await?;
+                            // The last session ended (an error or a limit): a new one
+                            // continues the conversation.
+                            self.restart(None, true, String::new(), guard).await?;
                         }
                     }
                     let sent = self.core.as_ref().map(|c| c.ops.send(op.clone()).is_ok()).unwrap_or(false);
@@ -221,7 +261,14 @@ impl Runner {
                     }
                 }
                 Effect::Shell { id, cmd } => self.run_shell(id, cmd),
-                Effect::Restart { model } => self.restart(model, String::new(), guard).await?,
+                Effect::CancelShells => {
+                    for cancel in self.shells.values() {
+                        cancel.cancel();
+                    }
+                }
+                Effect::Restart { model, keep_conversation } => {
+                    self.restart(model, keep_conversation, String::new(), guard).await?
+                }
                 Effect::ListSessions => self.list_sessions(),
                 Effect::Resume { id } => self.resume(&id, guard).await?,
                 Effect::Quit => return Ok(true),
@@ -242,7 +289,7 @@ impl Runner {
         }
         let mut text = String::from("saved sessions (newest first; /resume ID):");
         for s in sessions.iter().take(15) {
-            text.push_str(&format!("\n  {}  {}  {}", s.id, s.cwd, s.title));
+            text.push_str(&format!("\n  {}  {:>9}  {}  {}", s.id, store::ago(s.modified_unix), s.cwd, s.title));
         }
         self.app.info(text);
     }
@@ -264,7 +311,7 @@ impl Runner {
                     "resumed session {sid}; the sandbox keeps running, the model was given the earlier conversation"
                 ));
                 let extra = store::resume_context(&sid, &records);
-                self.restart(None, extra, guard).await?;
+                self.restart(None, false, extra, guard).await?;
             }
             Err(e) => self.app.error(e.to_string()),
         }
@@ -288,6 +335,7 @@ impl Runner {
 pub async fn run(mut ctx: TuiContext, executor: ToolExecutor) -> Result<Option<i32>, TuiError> {
     let mut sigterm = signal(SignalKind::terminate()).map_err(TuiError::Terminal)?;
     let mut sighup = signal(SignalKind::hangup()).map_err(TuiError::Terminal)?;
+    let mut sigquit = signal(SignalKind::quit()).map_err(TuiError::Terminal)?;
     let mut sigint = signal(SignalKind::interrupt()).map_err(TuiError::Terminal)?;
     let base_prompt = ctx.session.system_prompt.clone();
     let resume = ctx.resume.take();
@@ -301,7 +349,18 @@ pub async fn run(mut ctx: TuiContext, executor: ToolExecutor) -> Result<Option<i
             Err(e) => app.error(format!("{e}; this session is not saved")),
         }
     }
-    let mut runner = Runner { ctx, app, core: None, base_prompt, episode: 0, writer, shell_tx };
+    let mut runner =
+        Runner {
+        ctx,
+        app,
+        core: None,
+        base_prompt,
+        episode: 0,
+        writer,
+        shell_tx,
+        shells: HashMap::new(),
+        history: Vec::new(),
+    };
     let mut extra = String::new();
     if let Some((id, records)) = &resume {
         replay(&mut runner.app, records);
@@ -309,6 +368,16 @@ pub async fn run(mut ctx: TuiContext, executor: ToolExecutor) -> Result<Option<i
             runner.record(r);
         }
         runner.app.info(format!("resumed session {id} in a new sandbox; the model was told what was lost"));
+        let started_in = records.iter().find_map(|r| match r {
+            Record::Meta { cwd, .. } => Some(cwd.clone()),
+            _ => None,
+        });
+        if let Some(cwd) = started_in.filter(|c| *c != runner.ctx.app.workspace) {
+            runner.app.error(format!(
+                "this session was started in {cwd}; this sandbox mounts {} instead, so paths and files may differ",
+                runner.ctx.app.workspace
+            ));
+        }
         extra = store::resume_context(id, records);
     }
     runner.start_session(executor, &extra);
@@ -336,13 +405,17 @@ pub async fn run(mut ctx: TuiContext, executor: ToolExecutor) -> Result<Option<i
                     }
                 }
             },
-            Some(r) = shell_rx.recv() => runner.app.shell_done(&r.id, r.output, r.exit_code, r.duration_ms),
+            Some(msg) = shell_rx.recv() => runner.on_shell(msg),
             _ = sigterm.recv() => {
                 signalled = Some(libc::SIGTERM);
                 break;
             }
             _ = sighup.recv() => {
                 signalled = Some(libc::SIGHUP);
+                break;
+            }
+            _ = sigquit.recv() => {
+                signalled = Some(libc::SIGQUIT);
                 break;
             }
             _ = sigint.recv() => {

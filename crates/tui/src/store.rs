@@ -65,37 +65,70 @@ pub fn keep(event: &Event) -> bool {
             | Event::ApprovalRequest { .. }
             | Event::SessionConfigured { .. }
             | Event::EpisodeEnd { .. }
+            | Event::PromptProgress { .. }
+            | Event::TaskComplete
     )
+}
+
+/// How long ago a time was, as the session list shows it (`5 min ago`).
+pub fn ago(unix: u64) -> String {
+    let secs = now_unix().saturating_sub(unix);
+    match secs {
+        0..60 => "just now".into(),
+        60..3600 => format!("{} min ago", secs / 60),
+        3600..86_400 => format!("{} h ago", secs / 3600),
+        _ => format!("{} days ago", secs / 86_400),
+    }
 }
 
 fn now_unix() -> u64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0)
 }
 
-/// An open session file that records are appended to.
+/// A session file that records are appended to. The file is created with the first
+/// user message: a session in which nothing was said is not saved.
 pub struct SessionWriter {
     path: PathBuf,
-    file: File,
+    file: Option<File>,
+    /// The meta line and what came before the first message.
+    pending: Vec<Record>,
 }
 
 impl SessionWriter {
-    /// Creates `<dir>/<id>.jsonl` with its meta line.
+    /// A writer for `<dir>/<id>.jsonl` (the folder is created now, the file with the
+    /// first user message).
     pub fn create(dir: &Path, id: &str, cwd: &str, model: &str) -> Result<Self, StoreError> {
         let path = dir.join(format!("{id}.jsonl"));
-        let err = |e: std::io::Error| StoreError::Write { path: path.display().to_string(), reason: e.to_string() };
-        std::fs::create_dir_all(dir).map_err(err)?;
-        let file = OpenOptions::new().create(true).append(true).open(&path).map_err(err)?;
-        let mut w = Self { path, file };
-        w.append(&Record::Meta { id: id.into(), cwd: cwd.into(), model: model.into(), started_unix: now_unix() })?;
-        Ok(w)
+        std::fs::create_dir_all(dir)
+            .map_err(|e| StoreError::Write { path: path.display().to_string(), reason: e.to_string() })?;
+        let meta = Record::Meta { id: id.into(), cwd: cwd.into(), model: model.into(), started_unix: now_unix() };
+        Ok(Self { path, file: None, pending: vec![meta] })
     }
 
     /// Appends one record.
     pub fn append(&mut self, record: &Record) -> Result<(), StoreError> {
         let err = |e: String| StoreError::Write { path: self.path.display().to_string(), reason: e };
-        let mut line = serde_json::to_string(record).map_err(|e| err(e.to_string()))?;
-        line.push('\n');
-        self.file.write_all(line.as_bytes()).map_err(|e| err(e.to_string()))
+        let file = match &mut self.file {
+            Some(f) => f,
+            None if !matches!(record, Record::User { .. }) => {
+                self.pending.push(record.clone());
+                return Ok(());
+            }
+            None => {
+                let f = OpenOptions::new()
+                    .create(true)
+                    .append(true)
+                    .open(&self.path)
+                    .map_err(|e| err(e.to_string()))?;
+                self.file.insert(f)
+            }
+        };
+        let mut text = String::new();
+        for r in self.pending.drain(..).chain(std::iter::once(record.clone())) {
+            text.push_str(&serde_json::to_string(&r).map_err(|e| err(e.to_string()))?);
+            text.push('\n');
+        }
+        file.write_all(text.as_bytes()).map_err(|e| err(e.to_string()))
     }
 
     /// The file's path.
@@ -219,9 +252,15 @@ mod tests {
         w.append(&Record::User { text: "fix the bug\nplease".into() }).unwrap();
         w.append(&Record::Event { event: Event::AssistantMessage { turn: 1, text: "On it.".into() } }).unwrap();
         let mut other = SessionWriter::create(dir.path(), "abd999", "/other", "m").unwrap();
+        other.append(&Record::Event { event: Event::Notice { message: "before".into() } }).unwrap();
+        // A session in which nothing was said leaves no file.
+        let mut silent = SessionWriter::create(dir.path(), "fff000", "/quiet", "m").unwrap();
+        silent.append(&Record::Event { event: Event::Notice { message: "hi".into() } }).unwrap();
+        assert_eq!(list(dir.path()).len(), 1);
         other.append(&Record::User { text: "x".into() }).unwrap();
         let all = list(dir.path());
         assert_eq!(all.len(), 2);
+        assert_eq!(read(other.path()).unwrap().len(), 3, "the meta line and the notice come first");
         let s = find(dir.path(), "abc").unwrap();
         assert_eq!((s.cwd.as_str(), s.title.as_str()), ("/proj", "fix the bug"));
         assert!(matches!(find(dir.path(), "ab"), Err(StoreError::Ambiguous(_))));

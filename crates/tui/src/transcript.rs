@@ -21,6 +21,8 @@ pub struct Transcript {
     entries: Vec<Entry>,
     /// Lines scrolled up from the bottom (0 follows new output).
     pub scroll: usize,
+    /// The height the transcript was last drawn at (a page for PgUp/PgDn).
+    pub viewport: usize,
     pub opts: RenderOpts,
 }
 
@@ -92,6 +94,12 @@ impl Transcript {
         }
     }
 
+    /// Scrolls by a page: the view's height less two lines of context.
+    pub fn page(&mut self, up: bool) {
+        let page = self.viewport.saturating_sub(2).max(1) as isize;
+        self.scroll_by(if up { page } else { -page });
+    }
+
     /// Scrolls by `delta` lines (positive: up, into the past).
     pub fn scroll_by(&mut self, delta: isize) {
         self.scroll = self.scroll.saturating_add_signed(delta);
@@ -104,6 +112,7 @@ impl Transcript {
             return;
         }
         let height = usize::from(area.height);
+        self.viewport = height;
         let opts = self.opts;
         // Walk from the newest cell back until the view (plus the scroll) is filled.
         let need = height + self.scroll;

@@ -17,6 +17,7 @@ const COMPOSER_MAX_LINES: usize = 8;
 
 /// Draws one frame.
 pub fn draw(frame: &mut Frame<'_>, app: &mut App) {
+    app.frame = app.frame.wrapping_add(1);
     let area = frame.area();
     let width = usize::from(area.width.saturating_sub(4)).max(1);
     let (rows, cursor) = composer_rows(app, width);
@@ -60,7 +61,7 @@ fn composer_rows(app: &App, width: usize) -> (Vec<String>, (usize, usize)) {
 }
 
 fn draw_composer(frame: &mut Frame<'_>, app: &App, area: Rect, rows: &[String], cursor: (usize, usize)) {
-    let title = if app.busy { " working · Esc to interrupt " } else { "" };
+    let title = app.working_line().map(|w| format!(" {w} ")).unwrap_or_default();
     let block = Block::default()
         .borders(Borders::ALL)
         .border_type(BorderType::Rounded)

@@ -10,41 +10,89 @@ fn char_width(c: char) -> usize {
     c.width().unwrap_or(0)
 }
 
-/// Wraps one line into lines no wider than `width` columns (at least one line).
+/// The width of a line's hanging indent: its leading blanks and list, quote and cell
+/// markers (`● `, `• `, `- `, `│ `, `⎿ `, `12. `), so that a wrapped paragraph keeps
+/// its left edge. None (0) when that would take over half the width.
+fn hanging_indent(line: &Line<'_>, width: usize) -> usize {
+    let chars: Vec<char> = line.spans.iter().flat_map(|s| s.content.chars()).collect();
+    let mut i = 0;
+    while i < chars.len() {
+        let next_is_space = chars.get(i + 1) == Some(&' ');
+        if chars[i] == ' ' {
+            i += 1;
+        } else if matches!(chars[i], '●' | '•' | '-' | '*' | '│' | '⎿' | '>' | '›') && next_is_space {
+            i += 2;
+        } else if chars[i].is_ascii_digit() {
+            let mut j = i;
+            while j < chars.len() && chars[j].is_ascii_digit() {
+                j += 1;
+            }
+            if chars.get(j) == Some(&'.') && chars.get(j + 1) == Some(&' ') {
+                i = j + 2;
+            } else {
+                break;
+            }
+        } else {
+            break;
+        }
+    }
+    if i >= chars.len() {
+        return 0;
+    }
+    let w: usize = chars[..i].iter().map(|c| char_width(*c)).sum();
+    if w * 2 > width {
+        0
+    } else {
+        w
+    }
+}
+
+/// Wraps one line into lines no wider than `width` columns (at least one line);
+/// continuation lines start at the line's hanging indent.
 pub fn wrap_line(line: &Line<'_>, width: usize) -> Vec<Line<'static>> {
     let width = width.max(1);
+    let indent = hanging_indent(line, width);
+    let lead = || vec![(' ', Style::default()); indent];
     let mut out: Vec<Vec<(char, Style)>> = Vec::new();
     let mut cur: Vec<(char, Style)> = Vec::new();
     let mut cur_w = 0usize;
     let mut last_space: Option<usize> = None;
+    // Characters at the start of `cur` that are the hanging indent (never a break).
+    let mut floor = 0usize;
     for span in &line.spans {
         let style = line.style.patch(span.style);
         for c in span.content.chars() {
             let c = if c == '\t' { ' ' } else { c };
             let cw = char_width(c);
             // A space that overflows ends the line and is dropped.
-            if c == ' ' && cur_w + cw > width && !cur.is_empty() {
-                out.push(std::mem::take(&mut cur));
-                cur_w = 0;
+            if c == ' ' && cur_w + cw > width && cur.len() > floor {
+                out.push(std::mem::replace(&mut cur, lead()));
+                cur_w = indent;
+                floor = indent;
                 last_space = None;
                 continue;
             }
-            if cur_w + cw > width && !cur.is_empty() {
+            if cur_w + cw > width && cur.len() > floor {
                 match last_space {
                     // Break after the last space when the rest of the word fits.
-                    Some(sp) if sp + 1 < cur.len() => {
+                    Some(sp) if sp + 1 < cur.len() && sp >= floor => {
                         let rest = cur.split_off(sp + 1);
+                        while cur.last().is_some_and(|(c, _)| *c == ' ') {
+                            cur.pop();
+                        }
                         out.push(std::mem::take(&mut cur));
-                        cur = rest;
+                        cur = lead();
+                        cur.extend(rest);
                     }
-                    _ => out.push(std::mem::take(&mut cur)),
+                    _ => out.push(std::mem::replace(&mut cur, lead())),
                 }
+                floor = indent;
                 cur_w = cur.iter().map(|(c, _)| char_width(*c)).sum();
-                last_space = cur.iter().rposition(|(c, _)| *c == ' ');
+                last_space = cur.iter().rposition(|(c, _)| *c == ' ').filter(|p| *p >= floor);
             }
             cur.push((c, style));
             cur_w += cw;
-            if c == ' ' {
+            if c == ' ' && cur.len() > floor {
                 last_space = Some(cur.len() - 1);
             }
         }
@@ -132,6 +180,16 @@ mod tests {
             assert!(l.width() <= 7);
         }
         assert_eq!(texts(&wrap_line(&Line::from(""), 5)), vec![""]);
+    }
+
+    #[test]
+    fn wrapped_lines_keep_their_indent() {
+        let wrapped = wrap_line(&Line::from("  • one two three four five"), 14);
+        assert_eq!(texts(&wrapped), vec!["  • one two", "    three four", "    five"]);
+        let wrapped = wrap_line(&Line::from("● 12. alpha beta gamma"), 14);
+        assert_eq!(texts(&wrapped), vec!["● 12. alpha", "      beta", "      gamma"]);
+        // An indent past half the width is not kept.
+        assert_eq!(texts(&wrap_line(&Line::from("        abc def"), 10)), vec!["", "abc def"]);
     }
 
     #[test]

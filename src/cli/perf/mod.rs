@@ -32,6 +32,12 @@ pub enum PerfCommand {
         steps: usize,
         #[arg(long, default_value_t = 1)]
         warmup: usize,
+        /// `cpu`, or `cuda` / `cuda:N` (needs a build with `--features cuda`).
+        #[arg(long, default_value = "cpu")]
+        device: String,
+        /// Compute precision.
+        #[arg(long, value_enum, default_value = "f32")]
+        dtype: agent_train::perf::PerfDtype,
         /// Also write the report as JSON here.
         #[arg(long)]
         json: Option<PathBuf>,
@@ -51,11 +57,12 @@ pub enum PerfCommand {
 pub async fn run(cmd: PerfCommand) -> anyhow::Result<u8> {
     match cmd {
         PerfCommand::Model(args) => model::run(args).await,
-        PerfCommand::Train { shape, mode, batch, seq, threads, steps, warmup, json } => {
+        PerfCommand::Train { shape, mode, batch, seq, threads, steps, warmup, device, dtype, json } => {
             if let Some(t) = threads {
                 std::env::set_var("RAYON_NUM_THREADS", t.to_string());
             }
-            let report = agent_train::perf::measure(shape, mode, batch, seq, steps, warmup)?;
+            let target = agent_train::perf::PerfTarget::parse(&device, dtype)?;
+            let report = agent_train::perf::measure(shape, mode, batch, seq, steps, warmup, &target)?;
             let text = serde_json::to_string_pretty(&report)?;
             if let Some(path) = json {
                 std::fs::write(&path, &text)?;

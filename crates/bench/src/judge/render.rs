@@ -88,6 +88,7 @@ pub fn render_ending(episode: &JudgedEpisode) -> String {
         Some("finished") => "the agent called `finish`",
         Some("max_turns") => "the turn limit was reached",
         Some("token_budget") => "the token budget ran out",
+        Some("context_exhausted") => "the conversation outgrew the model's context window",
         Some("wall_clock") => "the time limit was reached",
         Some("parse_failures") => "too many replies in a row had no valid tool call",
         Some("interrupted") => "the user interrupted it",

@@ -172,6 +172,7 @@ pub async fn build_episode(
         container: sandbox.name().to_string(),
         trajectory: request.trajectory,
         tool_format,
+        history: Vec::new(),
     };
     let executor = ToolExecutor::new(
         shell,

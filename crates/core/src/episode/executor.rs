@@ -104,7 +104,7 @@ impl ToolExecutor {
         on_output: &mut (dyn FnMut(&str) + Send),
     ) -> Result<ToolOutcome, SandboxError> {
         let args = &action.args;
-        match action.tool.as_str() {
+        let outcome = match action.tool.as_str() {
             "bash" => self.bash(args, cancel, on_output).await,
             "file" => match self.file(args).await {
                 Err(SandboxError::File { path, reason }) => Ok(ToolOutcome::err("file", format!("{path}: {reason}"))),
@@ -120,7 +120,13 @@ impl ToolExecutor {
                 Ok(out)
             }
             other => Ok(ToolOutcome::err(other, format!("unknown tool `{other}`"))),
+        };
+        if matches!(action.tool.as_str(), "bash" | "file") {
+            // A clone: a borrow of the shell (not `Sync`) may not live across the await.
+            let sandbox = self.shell.sandbox().clone();
+            sandbox.restore_ownership().await;
         }
+        outcome
     }
 
     async fn bash(

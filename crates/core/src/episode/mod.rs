@@ -3,6 +3,7 @@
 
 mod builder;
 mod executor;
+mod history;
 mod prompt;
 mod session;
 mod stuck;
@@ -14,6 +15,7 @@ pub use builder::{
     RunningEpisode,
 };
 pub use executor::{ToolExecutor, ToolOutcome};
+pub use history::adapt_history;
 pub use prompt::{civil_date, render_system_prompt, system_prompt};
 pub use session::{spawn_session, EpisodeSummary, SessionConfig, SessionHandle};
 pub use stuck::{loop_warning, LoopDetector, LoopVerdict};

@@ -13,8 +13,8 @@ use tokio_util::sync::CancellationToken;
 
 use crate::config::EpisodeLimits;
 use crate::llm::{
-    estimate_tokens, ChatMessage, ChatRequest, ChatResponse, FinishReason, ModelBackend, Role, SamplingParams,
-    ToolDefinition,
+    estimate_tokens, ChatMessage, ChatRequest, ChatResponse, FinishReason, LlmError, ModelBackend, Role,
+    SamplingParams, ToolDefinition,
 };
 use crate::tools::{
     no_native_call_error, parse_actions, parse_native_call, untagged_json_calls, unwrap_observation, write_call,
@@ -23,6 +23,7 @@ use crate::tools::{
 use agent_protocol::{ApprovalDecision, ApprovalMode, EndReason, Event, Op, TokenUsage};
 
 use super::executor::ToolExecutor;
+use super::history::adapt_history;
 use super::stuck::{loop_warning, LoopDetector, LoopVerdict};
 use super::trajectory::{EpisodeEndRecord, EpisodeStart, ObservationRecord, TrajectoryWriter, TurnRecord};
 
@@ -45,6 +46,9 @@ pub struct SessionConfig {
     /// The resolved action format: [`ToolFormat::Native`] sends the tools as JSON schemas
     /// and answers each call with a tool message; anything else is the text format.
     pub tool_format: ToolFormat,
+    /// A conversation to continue (the UI's model switch, a session after a model
+    /// error); rewritten for `tool_format`. Empty for a new conversation.
+    pub history: Vec<ChatMessage>,
 }
 
 /// How a session ended.
@@ -54,6 +58,9 @@ pub struct EpisodeSummary {
     pub turns: u32,
     pub usage: TokenUsage,
     pub finish_message: Option<String>,
+    /// The conversation at the end (without the system prompt), for a session that
+    /// continues it.
+    pub messages: Vec<ChatMessage>,
 }
 
 /// The front end's side of a running session.
@@ -163,6 +170,7 @@ impl Session {
         };
         let started = Instant::now();
         let tools = if cfg.tool_format == ToolFormat::Native { specs.definitions() } else { Vec::new() };
+        let messages = adapt_history(cfg.history.clone(), cfg.tool_format);
         Session {
             deadline: started + Duration::from_secs(cfg.limits.wall_clock_secs.max(1)),
             cfg,
@@ -173,7 +181,7 @@ impl Session {
             ops,
             events,
             queued: VecDeque::new(),
-            messages: Vec::new(),
+            messages,
             turns: 0,
             usage: TokenUsage::default(),
             parse_failures: 0,
@@ -247,13 +255,20 @@ impl Session {
                             self.emit(Event::Notice { message: format!("stopped: {}", reason.describe()) });
                         }
                     }
+                    self.emit(Event::TaskComplete);
                 }
                 Op::Compact => self.compact().await,
                 Op::Shutdown => break EndReason::Shutdown,
                 Op::Interrupt | Op::Approval { .. } => {}
             }
         };
-        let summary = EpisodeSummary { reason, turns: self.turns, usage: self.usage, finish_message };
+        let summary = EpisodeSummary {
+            reason,
+            turns: self.turns,
+            usage: self.usage,
+            finish_message,
+            messages: std::mem::take(&mut self.messages),
+        };
         self.writer.end(&EpisodeEndRecord {
             reason,
             turns: self.turns,
@@ -299,6 +314,8 @@ impl Session {
         self.messages.push(ChatMessage::new(Role::User, text));
         self.parse_failures = 0;
         self.loops = LoopDetector::default();
+        // Model calls refused for a prompt too long for the context, in a row.
+        let mut overflows = 0u32;
         loop {
             self.turn_results.clear();
             if let Some(reason) = self.limit_reached() {
@@ -306,10 +323,10 @@ impl Session {
             }
             if !self.fit_context() {
                 self.emit(Event::Error {
-                    message: "the conversation no longer fits the model's context window".into(),
+                    message: "the conversation no longer fits the model's context window, even with old observations elided and long messages shortened".into(),
                     fatal: false,
                 });
-                return TaskEnd::Stopped(EndReason::TokenBudget);
+                return TaskEnd::Stopped(EndReason::ContextExhausted);
             }
             self.turns += 1;
             let turn = self.turns;
@@ -323,12 +340,34 @@ impl Session {
                 let _ = events.send(Event::AssistantDelta { turn, text: t.to_string() });
             };
             let model = self.model.clone();
-            let call = model.chat(&request, &mut on_delta, &cancel);
+            let call = with_prompt_progress(model.chat(&request, &mut on_delta, &cancel), &*model, |p| {
+                let _ = events.send(Event::PromptProgress { turn, evaluated: p.evaluated, total: p.total });
+            });
             let result = race(call, &mut self.ops, &cancel, self.deadline, &mut self.flags, &mut self.queued).await;
             let model_ms = model_started.elapsed().as_millis() as u64;
             let user = self.messages.last().cloned().unwrap_or_else(|| ChatMessage::new(Role::User, ""));
             let response = match result {
                 Ok(r) => r,
+                Err(LlmError::ContextOverflow { prompt_tokens, context }) if overflows < 3 => {
+                    // The byte estimate undercounted this model's tokens: shrink the
+                    // budget by the measured ratio and fit the conversation again.
+                    overflows += 1;
+                    self.turns -= 1;
+                    let scale = context as f64 / prompt_tokens.max(1) as f64 * 0.9;
+                    let limit = (self.cfg.limits.context_tokens as f64 * scale) as u64;
+                    self.cfg.limits.context_tokens = limit.min(self.cfg.limits.context_tokens.saturating_sub(1));
+                    self.emit(Event::Notice {
+                        message: format!(
+                            "the prompt had {prompt_tokens} tokens for a context of {context}; fitting the conversation into {} estimated tokens",
+                            self.cfg.limits.context_tokens
+                        ),
+                    });
+                    continue;
+                }
+                Err(LlmError::ContextOverflow { .. }) => {
+                    self.emit(Event::Error { message: "the conversation no longer fits the model's context window".into(), fatal: false });
+                    return TaskEnd::Stopped(EndReason::ContextExhausted);
+                }
                 Err(e) => {
                     if let Some(end) = self.flags_end() {
                         return end;
@@ -369,7 +408,13 @@ impl Session {
                 self.answer_unrun_calls(&response, "the call did not run: the reply was interrupted");
                 return self.flags_end().unwrap_or(TaskEnd::Interrupted);
             }
-            let (planned, loose_errors) = self.plan_calls(&response, turn);
+            let (planned, loose_errors, prose_only) = self.plan_calls(&response, turn);
+            // In an interactive session a reply that calls no tool is the assistant's
+            // answer, as in Claude Code and Codex; headless runs keep asking for an action.
+            if prose_only && !self.cfg.end_after_first_task {
+                self.writer.turn(&record);
+                return TaskEnd::Finished(response.text.clone());
+            }
             record.actions = planned.iter().filter_map(|p| p.action.as_ref().ok().cloned()).collect();
             record.parse_errors = planned.iter().filter_map(|p| p.action.as_ref().err().cloned()).collect();
             record.parse_errors.extend(loose_errors.iter().cloned());
@@ -472,7 +517,9 @@ impl Session {
     /// it answers: the backend's structured calls when it returned any, else the calls
     /// found in the text (`<tool_call>` JSON, or tags) with ids made here. Errors that
     /// belong to no call come second.
-    fn plan_calls(&self, response: &ChatResponse, turn: u32) -> (Vec<PlannedCall>, Vec<ActionParseError>) {
+    /// The reply's calls and the errors of the ones that could not be read; the flag says
+    /// that the reply attempted no call at all (see [`crate::tools::ParseOutcome::prose_only`]).
+    fn plan_calls(&self, response: &ChatResponse, turn: u32) -> (Vec<PlannedCall>, Vec<ActionParseError>, bool) {
         let native = self.cfg.tool_format == ToolFormat::Native;
         if native && !response.tool_calls.is_empty() {
             let planned = response
@@ -483,7 +530,7 @@ impl Session {
                     action: parse_native_call(&c.name, &c.arguments, &self.specs),
                 })
                 .collect();
-            return (planned, Vec::new());
+            return (planned, Vec::new(), false);
         }
         let mut parsed = parse_actions(&response.text, &self.specs);
         // A native reply without `<tool_call>` tags may still hold the call's JSON object.
@@ -498,9 +545,10 @@ impl Session {
                     .enumerate()
                     .map(|(i, action)| PlannedCall { call_id: Some(format!("call_{turn}_{}", i + 1)), action })
                     .collect();
-                return (planned, Vec::new());
+                return (planned, Vec::new(), false);
             }
         }
+        let prose_only = parsed.prose_only && !response.text.contains("<tool_call>");
         let planned: Vec<PlannedCall> = parsed
             .actions
             .into_iter()
@@ -516,7 +564,7 @@ impl Session {
         if native && no_call_here {
             errors = vec![no_native_call_error(&self.specs)];
         }
-        (planned, errors)
+        (planned, errors, prose_only)
     }
 
     /// Adds a call's result: a tool message in the native format, else one part of the
@@ -587,6 +635,8 @@ impl Session {
                 }
             }
         }
+        // The call's duration is its run's, not the user's time to approve it.
+        let started = Instant::now();
         let cancel = CancellationToken::new();
         let events = self.events.clone();
         let id = call_id.to_string();
@@ -679,15 +729,50 @@ impl Session {
                 i += 1;
             }
             if i + 1 >= self.messages.len() {
-                return false;
+                return self.shorten_messages(budget, &size);
             }
             self.messages[i].content = ELIDED.into();
         }
         true
     }
 
+    /// When eliding observations was not enough: cuts the middle out of long messages,
+    /// oldest first (the task and the latest message last), until the conversation fits.
+    fn shorten_messages(&mut self, budget: u64, size: &dyn Fn(&[ChatMessage], &str) -> u64) -> bool {
+        const KEEP: usize = 2000;
+        let n = self.messages.len();
+        // Oldest first; the task (0) and the latest message (n - 1) go last.
+        let order: Vec<usize> = (1..n.saturating_sub(1)).chain([0, n.saturating_sub(1)]).filter(|&i| i < n).collect();
+        for i in order {
+            if size(&self.messages, &self.cfg.system_prompt) <= budget {
+                return true;
+            }
+            let content = &self.messages[i].content;
+            if content.len() <= KEEP * 2 {
+                continue;
+            }
+            let mut head = KEEP;
+            while !content.is_char_boundary(head) {
+                head -= 1;
+            }
+            let mut tail = content.len() - KEEP / 2;
+            while !content.is_char_boundary(tail) {
+                tail += 1;
+            }
+            let cut = tail - head;
+            self.messages[i].content = format!(
+                "{}\n[… {cut} bytes cut to fit the context window …]\n{}",
+                &content[..head],
+                &content[tail..]
+            );
+        }
+        size(&self.messages, &self.cfg.system_prompt) <= budget
+    }
+
     async fn compact(&mut self) {
+        // Every outcome is reported: the front end waits for one.
         if self.messages.is_empty() {
+            self.emit(Event::Notice { message: "nothing to compact yet: the conversation is empty".into() });
             return;
         }
         let mut request = self.request();
@@ -708,8 +793,35 @@ impl Session {
                 )];
                 self.emit(Event::Notice { message: "history compacted".into() });
             }
-            Ok(_) => {}
+            Ok(_) => self.emit(Event::Notice { message: "compacting was interrupted; the history is unchanged".into() }),
             Err(e) => self.emit(Event::Error { message: format!("compacting failed: {e}"), fatal: false }),
+        }
+    }
+}
+
+/// How often a model call in flight is asked how far its prompt is.
+const PROGRESS_POLL: Duration = Duration::from_millis(250);
+
+/// Drives the model call `call`, reporting the backend's prompt progress whenever it
+/// changes (the backend cannot call back: its streaming callback carries text only).
+async fn with_prompt_progress<T>(
+    call: impl Future<Output = T>,
+    model: &dyn ModelBackend,
+    mut report: impl FnMut(crate::llm::PromptProgress),
+) -> T {
+    tokio::pin!(call);
+    let mut tick = tokio::time::interval(PROGRESS_POLL);
+    let mut last = None;
+    loop {
+        tokio::select! {
+            out = &mut call => return out,
+            _ = tick.tick() => {
+                let now = model.prompt_progress();
+                if let Some(p) = now.filter(|p| Some(*p) != last) {
+                    report(p);
+                }
+                last = now;
+            }
         }
     }
 }

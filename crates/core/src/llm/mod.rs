@@ -59,6 +59,8 @@ pub enum LlmError {
     MissingApiKey { var: String },
     #[error("generation was cancelled")]
     Cancelled,
+    #[error("the prompt has {prompt_tokens} tokens but the model's context holds {context} (shorten the conversation or load the model with a larger context)")]
+    ContextOverflow { prompt_tokens: u64, context: u64 },
     #[error("{0}")]
     Other(String),
 }
@@ -91,11 +93,25 @@ pub trait ModelBackend: Send + Sync {
         None
     }
 
+    /// How far the call in flight is through evaluating its prompt, for backends that
+    /// evaluate it themselves in steps (a long prompt on a CPU takes minutes); `None`
+    /// once generation starts or where the backend cannot tell.
+    fn prompt_progress(&self) -> Option<PromptProgress> {
+        None
+    }
+
     /// Whether the model takes tools natively (JSON schemas in the request, calls in the
     /// model's own format); `--tool-format auto` picks the native format when it does.
     fn native_tools(&self) -> bool {
         false
     }
+}
+
+/// Prompt tokens evaluated so far (a reused cached prefix counts) of the prompt's total.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PromptProgress {
+    pub evaluated: u64,
+    pub total: u64,
 }
 
 /// A rough token estimate (4 bytes per token) for backends that report no usage.

@@ -21,8 +21,8 @@ use tokio_util::sync::CancellationToken;
 use super::text_stream::TextStream;
 use super::{llama_error, load_error, ChatJob, Job, LlamaCppOptions, Loaded, WorkerEvent};
 use agent_core::llm::{
-    CallStats, ChatMessage, ChatResponse, ChatTemplate, FinishReason, LlmError, Role, SamplingDefaults, SamplingParams,
-    ToolDefinition,
+    CallStats, ChatMessage, ChatResponse, ChatTemplate, FinishReason, LlmError, PromptProgress, Role, SamplingDefaults,
+    SamplingParams, ToolDefinition,
 };
 use agent_protocol::TokenUsage;
 
@@ -73,7 +73,12 @@ pub(super) fn worker(
     let model = match LlamaModel::load_from_file(backend, &path, &LlamaModelParams::default()) {
         Ok(m) => m,
         Err(e) => {
-            let _ = ready.send(Err(load_error(&path, e)));
+            // llama.cpp's own reason is a bare "null result"; say what is wrong.
+            let why = match super::gguf_check::gguf_problem(&path) {
+                Some(problem) => problem,
+                None => format!("llama.cpp could not load it ({e}); its header and tensor table look sound, so the model's architecture may be one this llama.cpp does not support"),
+            };
+            let _ = ready.send(Err(load_error(&path, why)));
             return;
         }
     };
@@ -218,10 +223,7 @@ impl Engine<'_> {
         }
         let n_ctx = self.n_ctx as usize;
         if prompt_tokens.len() >= n_ctx {
-            return Err(LlmError::Other(format!(
-                "the prompt has {} tokens but the llama.cpp context holds {n_ctx}; raise the context size or shorten the history",
-                prompt_tokens.len()
-            )));
+            return Err(LlmError::ContextOverflow { prompt_tokens: prompt_tokens.len() as u64, context: n_ctx as u64 });
         }
 
         // Prefix reuse: keep the cached tokens this prompt starts with, evaluate the rest.
@@ -232,7 +234,12 @@ impl Engine<'_> {
             self.load_disk_cache();
         }
         let reused = self.reuse_prefix(&prompt_tokens);
-        let outcome = self.eval_prompt(&prompt_tokens, reused, &job.cancel);
+        let events = job.events.clone();
+        let total = prompt_tokens.len() as u64;
+        let mut on_progress = |done: usize| {
+            let _ = events.send(WorkerEvent::PromptProgress(PromptProgress { evaluated: done as u64, total }));
+        };
+        let outcome = self.eval_prompt(&prompt_tokens, reused, &job.cancel, &mut on_progress);
         let prompt_eval = prompt_eval_start.elapsed();
         // Written by the worker after the reply is out, so the save never delays it.
         self.save_pending =
@@ -484,9 +491,11 @@ impl Engine<'_> {
         prompt: &[LlamaToken],
         start: usize,
         cancel: &CancellationToken,
+        on_progress: &mut dyn FnMut(usize),
     ) -> Result<bool, LlmError> {
         let mut batch = LlamaBatch::new(PROMPT_CHUNK, 1);
         let mut pos = start;
+        on_progress(pos);
         while pos < prompt.len() {
             if cancel.is_cancelled() {
                 return Ok(false);
@@ -506,6 +515,7 @@ impl Engine<'_> {
             self.cached.extend_from_slice(&prompt[pos..end]);
             self.last_logits_index = batch.n_tokens() - 1;
             pos = end;
+            on_progress(pos);
         }
         Ok(true)
     }

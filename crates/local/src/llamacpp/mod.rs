@@ -21,10 +21,12 @@ use tokio::sync::mpsc as tokio_mpsc;
 use tokio_util::sync::CancellationToken;
 
 use agent_core::llm::{
-    CallStats, ChatMessage, ChatRequest, ChatResponse, LlmError, ModelBackend, SamplingParams, ToolDefinition,
+    CallStats, ChatMessage, ChatRequest, ChatResponse, LlmError, ModelBackend, PromptProgress, SamplingParams,
+    ToolDefinition,
 };
 
 mod engine;
+mod gguf_check;
 mod text_stream;
 
 /// How a llama.cpp model is loaded; the default takes the model's own context (at most
@@ -54,6 +56,8 @@ pub struct LlamaCppBackend {
     native_tools: bool,
     jobs: std_mpsc::Sender<Job>,
     last_stats: Mutex<Option<CallStats>>,
+    /// How far the call in flight is through its prompt (`None` once it generates).
+    progress: Mutex<Option<PromptProgress>>,
 }
 
 impl std::fmt::Debug for LlamaCppBackend {
@@ -83,6 +87,8 @@ struct ChatJob {
 
 /// What the worker sends back while it serves a job.
 enum WorkerEvent {
+    /// Prompt tokens in the KV cache so far (the reused prefix included), of the total.
+    PromptProgress(PromptProgress),
     Delta(String),
     /// Boxed: a response is far larger than a text piece.
     Done(Box<Result<(ChatResponse, CallStats), LlmError>>),
@@ -125,7 +131,14 @@ impl LlamaCppBackend {
         // The worker reports once; a closed channel means it died while loading (a panic).
         let loaded =
             ready_rx.recv().map_err(|_| load_error(path, "the llama.cpp worker stopped while loading the model"))??;
-        Ok(Self { name, n_ctx: loaded.n_ctx, native_tools: loaded.native_tools, jobs, last_stats: Mutex::new(None) })
+        Ok(Self {
+            name,
+            n_ctx: loaded.n_ctx,
+            native_tools: loaded.native_tools,
+            jobs,
+            last_stats: Mutex::new(None),
+            progress: Mutex::new(None),
+        })
     }
 
     /// The context window in tokens.
@@ -167,6 +180,10 @@ impl ModelBackend for LlamaCppBackend {
         self.last_stats.lock().ok().and_then(|s| *s)
     }
 
+    fn prompt_progress(&self) -> Option<PromptProgress> {
+        self.progress.lock().ok().and_then(|p| *p)
+    }
+
     async fn chat(
         &self,
         request: &ChatRequest,
@@ -184,10 +201,20 @@ impl ModelBackend for LlamaCppBackend {
         self.jobs.send(Job::Chat(Box::new(job))).map_err(|_| worker_gone())?;
         // If this future is dropped, `event_rx` goes with it; the worker notices the closed
         // channel at its next token and stops as if cancelled.
+        let set_progress = |p: Option<PromptProgress>| {
+            if let Ok(mut slot) = self.progress.lock() {
+                *slot = p;
+            }
+        };
         while let Some(event) = event_rx.recv().await {
             match event {
-                WorkerEvent::Delta(piece) => on_delta(&piece),
+                WorkerEvent::PromptProgress(p) => set_progress(Some(p)),
+                WorkerEvent::Delta(piece) => {
+                    set_progress(None);
+                    on_delta(&piece)
+                }
                 WorkerEvent::Done(result) => {
+                    set_progress(None);
                     let (response, stats) = (*result)?;
                     if let Ok(mut last) = self.last_stats.lock() {
                         *last = Some(stats);

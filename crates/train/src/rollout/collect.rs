@@ -166,7 +166,9 @@ fn classify(rec: &TrialRecord, recording: &Recording) -> (RolloutStatus, String)
         }
         _ => {}
     }
-    let budget = [EndReason::MaxTurns, EndReason::TokenBudget].iter().any(|r| r.describe() == ended);
+    let budget = [EndReason::MaxTurns, EndReason::TokenBudget, EndReason::ContextExhausted]
+        .iter()
+        .any(|r| r.describe() == ended);
     if recording.truncated || budget {
         return (RolloutStatus::Truncated, ended);
     }

@@ -110,6 +110,10 @@ pub struct ParseOutcome {
     pub actions: Vec<Action>,
     /// Malformed actions (or one error saying that the reply holds no action).
     pub errors: Vec<ActionParseError>,
+    /// The reply attempts no action at all (no tool tag, known or not, and no tool's
+    /// fenced block): prose, perhaps with code. An interactive session takes it as the
+    /// assistant's answer.
+    pub prose_only: bool,
 }
 
 /// Finds the actions in a model reply (see the module docs for the rules).

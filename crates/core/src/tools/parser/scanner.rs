@@ -344,6 +344,7 @@ impl<'a> Scanner<'a> {
     }
 
     pub(super) fn finish(mut self) -> ParseOutcome {
+        let prose_only = self.actions.is_empty() && self.errors.is_empty() && self.unknown.is_empty();
         if self.actions.is_empty() && self.errors.is_empty() {
             let names = self.specs.names().join(", ");
             let message = if self.unknown.is_empty() {
@@ -373,7 +374,7 @@ impl<'a> Scanner<'a> {
             let snippet = if source.is_empty() { "(an empty reply)".to_string() } else { truncate(source) };
             self.errors.push(ActionParseError { tool: None, message, snippet, example: format_example(self.specs) });
         }
-        ParseOutcome { actions: self.actions, errors: self.errors }
+        ParseOutcome { actions: self.actions, errors: self.errors, prose_only }
     }
 
     /// Whether only spaces or tabs lie between the start of the line (or, when

@@ -1,0 +1,68 @@
+//! `agent-gpu-check`: the trainer's checks on a compute device, as one JSON report (see
+//! `scripts/gpu-check.sh`). A binary of its own so that a CUDA build of it needs only
+//! candle's kernels, not a CUDA build of mistral.rs and llama.cpp.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::Parser;
+
+#[derive(Parser)]
+#[command(name = "agent-gpu-check", about = "The trainer's checks on a compute device, as one JSON report")]
+struct Args {
+    /// `cpu`, `cuda` or `cuda:N`.
+    #[arg(long, default_value = "cuda")]
+    device: String,
+    /// Small shapes and few steps.
+    #[arg(long)]
+    quick: bool,
+    /// The device's peak dense f32 TFLOP/s (H100/H200 SXM: 67).
+    #[arg(long, default_value_t = 67.0)]
+    peak_tflops_f32: f64,
+    /// The device's peak dense bf16 TFLOP/s (H100/H200 SXM: 989).
+    #[arg(long, default_value_t = 989.0)]
+    peak_tflops_bf16: f64,
+    /// Where the JSON report goes (stdout when absent).
+    #[arg(long)]
+    out: Option<PathBuf>,
+}
+
+fn main() -> ExitCode {
+    let args = Args::parse();
+    let target = match agent_train::perf::PerfTarget::parse(&args.device, agent_train::perf::PerfDtype::F32) {
+        Ok(t) => t,
+        Err(e) => {
+            eprintln!("✗ {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let options = agent_train::gpu_check::CheckOptions {
+        device: target.device,
+        quick: args.quick,
+        peak_tflops_f32: args.peak_tflops_f32,
+        peak_tflops_bf16: args.peak_tflops_bf16,
+    };
+    let report = agent_train::gpu_check::run(&options);
+    let text = match serde_json::to_string_pretty(&report) {
+        Ok(t) => t,
+        Err(e) => {
+            eprintln!("✗ cannot write the report: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    match &args.out {
+        Some(path) => {
+            if let Err(e) = std::fs::write(path, &text) {
+                eprintln!("✗ cannot write {}: {e}", path.display());
+                return ExitCode::from(2);
+            }
+        }
+        None => println!("{text}"),
+    }
+    if report.passed() {
+        ExitCode::SUCCESS
+    } else {
+        eprintln!("✗ a check failed or could not run: see the report");
+        ExitCode::FAILURE
+    }
+}
