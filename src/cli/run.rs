@@ -13,7 +13,7 @@ use agent_core::episode::{build_episode, ContainerSource, EpisodeOutcome, Episod
 use agent_core::llm::{resolve_model, ModelSpec, ResolveOptions};
 use agent_core::tools::ToolFormat;
 use agent_protocol::Op;
-use agent_sandbox::{BuildEnv, Engine};
+use agent_sandbox::Engine;
 
 use super::print::Printer;
 use super::signals::Signals;
@@ -216,11 +216,14 @@ async fn start_task_env(
     network: bool,
     notices: &mut Vec<String>,
 ) -> anyhow::Result<TrialEnv> {
-    let images = ImageCache::new(engine.clone(), &config.image_map, BuildEnv::default());
+    // The host's name overrides and CA bundle, as `agent bench` hands them to builds and
+    // containers: behind a TLS-inspecting proxy no package install works without them.
+    let host = agent_bench::HostEnv::from_host(std::path::Path::new("/etc/hosts"), None)?;
+    let images = ImageCache::new(engine.clone(), &config.image_map, host.build_env());
     let built =
         images.get(task).await.map_err(|e| anyhow::anyhow!("the task {} could not be built: {e}", task.name))?;
     notices.extend(built.notices.iter().cloned());
-    let mut settings = EnvSettings::from_config(config, run_id, Vec::new());
+    let mut settings = EnvSettings::from_config(config, run_id, host.extra_hosts.clone());
     settings.network = network;
     TrialEnv::start(engine, task, &built, &settings, episode_id)
         .await

@@ -58,11 +58,10 @@ pub struct WireFunction {
     pub parameters: serde_json::Value,
 }
 
-/// `POST /v1/chat/completions` body.
+/// `POST /v1/chat/completions` body. A `model` field is accepted and ignored: the server
+/// serves one model, and its responses name it.
 #[derive(Debug, Clone, Deserialize)]
 pub struct CompletionRequest {
-    #[serde(default)]
-    pub model: Option<String>,
     pub messages: Vec<WireMessage>,
     #[serde(default)]
     pub stream: bool,

@@ -193,10 +193,7 @@ impl Config {
         if bad.is_empty() {
             Ok(())
         } else {
-            Err(format!(
-                "{}; limits have no \"unlimited\" value: set a large number instead",
-                bad.join(", ")
-            ))
+            Err(format!("{}; limits have no \"unlimited\" value: set a large number instead", bad.join(", ")))
         }
     }
 }
@@ -226,7 +223,8 @@ mod tests {
     fn zero_and_negative_limits_are_refused_by_name() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("c.toml");
-        std::fs::write(&path, "[sandbox]\npids_limit = 0\ncpus = 0\nmemory_mb = -5\n[episode]\nmax_turns = 0\n").unwrap();
+        std::fs::write(&path, "[sandbox]\npids_limit = 0\ncpus = 0\nmemory_mb = -5\n[episode]\nmax_turns = 0\n")
+            .unwrap();
         let err = Config::from_file(&path).unwrap_err().to_string();
         for part in ["pids_limit = 0", "cpus = 0", "memory_mb = -5", "max_turns = 0", "no \"unlimited\""] {
             assert!(err.contains(part), "{part} missing from: {err}");

@@ -282,7 +282,15 @@ impl Sandbox {
                 "find {} -xdev -user 0 -exec chown -h {uid}:{gid} {{}} + 2>/dev/null; true",
                 super::shell::shell_quote(path)
             );
-            let res = exec_capture(&self.engine, &self.id, &["sh", "-c", &script], None, std::time::Duration::from_secs(60), 0).await;
+            let res = exec_capture(
+                &self.engine,
+                &self.id,
+                &["sh", "-c", &script],
+                None,
+                std::time::Duration::from_secs(60),
+                0,
+            )
+            .await;
             if let Err(e) = res {
                 tracing::warn!("cannot hand {path} back to {uid}:{gid}: {e}");
             }

@@ -160,6 +160,8 @@ pub async fn exec_streaming(
 /// Kills the process group of the command whose pid is in `pid_file` (the pid alone
 /// where the command could not become a group leader).
 async fn kill_group(docker: &Engine, container: &str, pid_file: &str) {
-    let script = format!("p=$(cat {pid_file} 2>/dev/null) && [ -n \"$p\" ] && {{ kill -KILL -- -$p 2>/dev/null || kill -KILL $p; }}");
+    let script = format!(
+        "p=$(cat {pid_file} 2>/dev/null) && [ -n \"$p\" ] && {{ kill -KILL -- -$p 2>/dev/null || kill -KILL $p; }}"
+    );
     let _ = exec_capture(docker, container, &["sh", "-c", &script], None, Duration::from_secs(5), 0).await;
 }

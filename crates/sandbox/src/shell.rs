@@ -84,7 +84,11 @@ pub struct CommandResult {
 enum Ending {
     /// The command's end: its exit code, the processes the container held before and
     /// after it (from the pids cgroup; `None` where it cannot be read), its cwd.
-    Marker { code: i64, procs: (Option<i64>, Option<i64>), cwd: String },
+    Marker {
+        code: i64,
+        procs: (Option<i64>, Option<i64>),
+        cwd: String,
+    },
     Eof,
     Deadline,
     Cancelled,
@@ -389,14 +393,20 @@ impl Shell {
 
     /// True when the container runs (nearly) as many processes as it may.
     /// Whether the command that just ended left background processes that go on to
-    /// exhaust the process limit. Only commands that left processes behind are watched
-    /// (for a moment), so ordinary commands cost nothing more.
+    /// exhaust the process limit. Only a command that left processes behind is looked
+    /// at again (50 ms later), and only one whose leftovers keep multiplying is watched
+    /// until the limit: an ordinary background job costs one look.
     async fn left_a_fork_bomb(sandbox: &Sandbox, procs: (Option<i64>, Option<i64>)) -> bool {
         let (Some(before), Some(after)) = procs else { return false };
-        if after <= before + 1 {
+        if after <= before {
             return false;
         }
-        for _ in 0..5 {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        match sandbox.process_count().await {
+            Some(now) if now as i64 > after + 4 => {}
+            _ => return false,
+        }
+        for _ in 0..20 {
             if Self::process_limit_exhausted(sandbox).await {
                 return true;
             }

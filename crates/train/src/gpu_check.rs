@@ -211,8 +211,15 @@ fn lora_model(
         .iter()
         .map(|(k, t)| Ok((k.clone(), t.to_device(device).ctx("moving weights to the device")?)))
         .collect::<Result<HashMap<_, _>, TrainError>>()?;
-    let model =
-        Qwen3::from_tensors(cfg.clone(), tensors, &TrainMode::Lora(perf::lora_settings(4)), dtype, device, 0, Path::new("random"))?;
+    let model = Qwen3::from_tensors(
+        cfg.clone(),
+        tensors,
+        &TrainMode::Lora(perf::lora_settings(4)),
+        dtype,
+        device,
+        0,
+        Path::new("random"),
+    )?;
     let mut rng = rand::rngs::StdRng::seed_from_u64(11);
     for (_, var) in model.trainable() {
         let shape = var.as_tensor().dims().to_vec();
@@ -267,7 +274,12 @@ struct StepOutcome {
     after: Vec<f64>,
 }
 
-fn one_step(cfg: &Qwen3Config, weights: &HashMap<String, Tensor>, device: &Device, dtype: DType) -> Result<StepOutcome, TrainError> {
+fn one_step(
+    cfg: &Qwen3Config,
+    weights: &HashMap<String, Tensor>,
+    device: &Device,
+    dtype: DType,
+) -> Result<StepOutcome, TrainError> {
     let model = lora_model(cfg, weights, device, dtype)?;
     let samples = parity_samples(cfg.vocab_size);
     let seqs: Vec<(&[u32], &[u8])> = samples.iter().map(|s| (s.tokens.as_slice(), s.mask.as_slice())).collect();
@@ -422,14 +434,27 @@ pub struct DecodeSpeed {
 }
 
 /// Prefills `batch` prompts of 128 tokens, then times `tokens` batched decoding steps.
-pub fn decode_speed(shape: PerfShape, target: &PerfTarget, batch: usize, tokens: usize) -> Result<DecodeSpeed, TrainError> {
+pub fn decode_speed(
+    shape: PerfShape,
+    target: &PerfTarget,
+    batch: usize,
+    tokens: usize,
+) -> Result<DecodeSpeed, TrainError> {
     let (cfg, _) = shape.config();
     let weights = perf::random_weights(&cfg, 3)?;
     let tensors = weights
         .into_iter()
         .map(|(k, t)| Ok((k, t.to_device(&target.device).ctx("moving weights to the device")?)))
         .collect::<Result<HashMap<_, _>, TrainError>>()?;
-    let model = Qwen3::from_tensors(cfg.clone(), tensors, &TrainMode::Full, target.dtype, &target.device, 0, Path::new("random"))?;
+    let model = Qwen3::from_tensors(
+        cfg.clone(),
+        tensors,
+        &TrainMode::Full,
+        target.dtype,
+        &target.device,
+        0,
+        Path::new("random"),
+    )?;
     let mut rng = rand::rngs::StdRng::seed_from_u64(17);
     let prompt_len = 128;
     let mut caches: Vec<KvCache> = vec![KvCache::default(); batch];

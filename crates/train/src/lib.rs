@@ -29,7 +29,8 @@ pub mod setup;
 pub mod sft;
 #[cfg(feature = "engines")]
 mod step;
-#[cfg(all(test, feature = "engines"))]
+#[cfg(test)]
+#[cfg(feature = "engines")]
 mod toy_sim;
 pub mod update;
 

@@ -104,7 +104,8 @@ pub struct SpeedReport {
 /// same multipliers.
 pub fn flops_per_token(cfg: &Qwen3Config, seq: usize, mode: PerfMode, full: bool) -> f64 {
     let (h, i) = (cfg.hidden_size as f64, cfg.intermediate_size as f64);
-    let (q, kv) = ((cfg.num_attention_heads * cfg.head_dim()) as f64, (cfg.num_key_value_heads * cfg.head_dim()) as f64);
+    let (q, kv) =
+        ((cfg.num_attention_heads * cfg.head_dim()) as f64, (cfg.num_key_value_heads * cfg.head_dim()) as f64);
     let per_layer = h * q * 2.0 + h * kv * 2.0 + 3.0 * h * i;
     let matmul = cfg.num_hidden_layers as f64 * per_layer + cfg.vocab_size as f64 * h;
     let attention = 4.0 * cfg.num_hidden_layers as f64 * seq as f64 * q;
@@ -189,9 +190,7 @@ impl PerfTarget {
             other => match other.strip_prefix("cuda:").and_then(|n| n.parse::<usize>().ok()) {
                 Some(n) => cuda_device(n)?,
                 None => {
-                    return Err(TrainError::Config(format!(
-                        "unknown device `{other}`: use `cpu`, `cuda` or `cuda:N`"
-                    )))
+                    return Err(TrainError::Config(format!("unknown device `{other}`: use `cpu`, `cuda` or `cuda:N`")))
                 }
             },
         };
@@ -206,7 +205,9 @@ impl PerfTarget {
 /// CUDA device `n`, or an error that says what to do.
 pub fn cuda_device(n: usize) -> Result<Device, TrainError> {
     Device::new_cuda(n).map_err(|e| {
-        TrainError::Config(format!("CUDA device {n} is not usable ({e}); this needs a build with --features cuda and a GPU"))
+        TrainError::Config(format!(
+            "CUDA device {n} is not usable ({e}); this needs a build with --features cuda and a GPU"
+        ))
     })
 }
 

@@ -252,7 +252,9 @@ pub fn build_samples(preset: &Preset, rollouts: &[Rollout], sampler_logp: bool) 
     m.timed_out = rollouts.iter().filter(|r| r.status == RolloutStatus::TimedOut).count() as u64;
     m.context_exhausted = rollouts
         .iter()
-        .filter(|r| r.status == RolloutStatus::Truncated && r.reason == agent_protocol::EndReason::ContextExhausted.describe())
+        .filter(|r| {
+            r.status == RolloutStatus::Truncated && r.reason == agent_protocol::EndReason::ContextExhausted.describe()
+        })
         .count() as u64;
     m.crashed = rollouts.iter().filter(|r| r.status == RolloutStatus::Crashed).count() as u64;
     if !counted.is_empty() {

@@ -28,7 +28,7 @@ fn group(n: u64) -> String {
     let digits = n.to_string();
     let mut out = String::new();
     for (i, c) in digits.chars().enumerate() {
-        if i > 0 && (digits.len() - i) % 3 == 0 {
+        if i > 0 && (digits.len() - i).is_multiple_of(3) {
             out.push(',');
         }
         out.push(c);
@@ -505,7 +505,9 @@ impl App {
 
     /// Whether a `!cmd` is running.
     pub fn shell_running(&self) -> bool {
-        self.transcript.cells().any(|c| matches!(c, CellKind::Tool(t) if t.tool == "!" && t.status == ToolStatus::Running))
+        self.transcript
+            .cells()
+            .any(|c| matches!(c, CellKind::Tool(t) if t.tool == "!" && t.status == ToolStatus::Running))
     }
 
     /// Output of a running `!cmd`, as it arrives (the cell keeps the last
@@ -523,7 +525,14 @@ impl App {
     }
 
     /// A `!cmd` ended (by itself, or stopped by Esc when `interrupted`).
-    pub fn shell_done(&mut self, id: &str, output: String, exit_code: Option<i64>, interrupted: bool, duration_ms: u64) {
+    pub fn shell_done(
+        &mut self,
+        id: &str,
+        output: String,
+        exit_code: Option<i64>,
+        interrupted: bool,
+        duration_ms: u64,
+    ) {
         if self.hint.as_deref() == Some(INTERRUPTING) && !self.busy {
             self.hint = None;
         }

@@ -138,10 +138,10 @@ fn streaming_builds_one_assistant_cell_and_the_core_ends_the_turn() {
 fn a_running_shell_command_shows_output_live_and_esc_stops_it() {
     let mut a = app();
     type_text(&mut a, "!for i in 1 2 3; do echo n$i; sleep 1; done");
-    assert_eq!(a.on_key(key(KeyCode::Enter)), vec![Effect::Shell {
-        id: "!1".into(),
-        cmd: "for i in 1 2 3; do echo n$i; sleep 1; done".into()
-    }]);
+    assert_eq!(
+        a.on_key(key(KeyCode::Enter)),
+        vec![Effect::Shell { id: "!1".into(), cmd: "for i in 1 2 3; do echo n$i; sleep 1; done".into() }]
+    );
     a.shell_output("!1", "n1\n");
     a.shell_output("!1", "n2\n");
     assert!(matches!(a.transcript.cells().next_back(), Some(CellKind::Tool(t)) if t.output == "n1\nn2\n"));
@@ -149,9 +149,7 @@ fn a_running_shell_command_shows_output_live_and_esc_stops_it() {
     assert_eq!(a.on_key(key(KeyCode::Esc)), vec![Effect::CancelShells]);
     a.shell_done("!1", "n1\nn2\n".into(), None, true, 1500);
     assert!(!a.shell_running());
-    assert!(
-        matches!(a.transcript.cells().next_back(), Some(CellKind::Tool(t)) if t.status == ToolStatus::Interrupted)
-    );
+    assert!(matches!(a.transcript.cells().next_back(), Some(CellKind::Tool(t)) if t.status == ToolStatus::Interrupted));
     let fx = a.user_turn("next".into());
     assert!(matches!(&fx[..], [Effect::Op(Op::UserTurn { text })] if text.contains("I interrupted it")), "{fx:?}");
 }

@@ -26,7 +26,7 @@ pub fn attach_mentions(text: &str, root: &Path) -> Attachments {
     let mut budget = MAX_TOTAL_BYTES;
     for word in text.split_whitespace() {
         let Some(raw) = word.strip_prefix('@') else { continue };
-        let rel = raw.trim_end_matches(|c: char| matches!(c, ',' | '.' | ';' | ':' | ')' | '!' | '?' | '"' | '\''));
+        let rel = raw.trim_end_matches([',', '.', ';', ':', ')', '!', '?', '"', '\'']);
         if rel.is_empty() || seen.iter().any(|s| s == rel) || !stays_inside(rel) {
             continue;
         }
@@ -45,7 +45,10 @@ pub fn attach_mentions(text: &str, root: &Path) -> Attachments {
             continue;
         }
         if budget == 0 {
-            out.notes.push(format!("@{rel} not attached: the message already carries {} KB of files", MAX_TOTAL_BYTES / 1024));
+            out.notes.push(format!(
+                "@{rel} not attached: the message already carries {} KB of files",
+                MAX_TOTAL_BYTES / 1024
+            ));
             continue;
         }
         let limit = MAX_FILE_BYTES.min(budget);
@@ -98,7 +101,11 @@ mod tests {
         std::fs::write(root.join("bin"), [0u8, 1, 2]).unwrap();
         std::fs::write(top.path().join("outside.txt"), "secret").unwrap();
         let a = attach_mentions("look at @src/main.rs, @big.txt and @bin; @../outside.txt @src/ @missing", &root);
-        assert!(a.appendix.contains("<attached_file path=\"src/main.rs\">\nfn main() {}\n</attached_file>"), "{}", a.appendix);
+        assert!(
+            a.appendix.contains("<attached_file path=\"src/main.rs\">\nfn main() {}\n</attached_file>"),
+            "{}",
+            a.appendix
+        );
         assert!(a.appendix.contains("<attached_file path=\"big.txt\" truncated=\"true\">"));
         assert!(!a.appendix.contains("secret"));
         assert_eq!(a.notes.len(), 3, "{:?}", a.notes);

@@ -143,7 +143,10 @@ mod tests {
     fn commands_map_to_effects() {
         let mut a = app();
         assert_eq!(run_slash(&mut a, "/compact"), vec![Effect::Op(Op::Compact)]);
-        assert_eq!(run_slash(&mut a, "/model default"), vec![Effect::Restart { model: Some("default".into()), keep_conversation: true }]);
+        assert_eq!(
+            run_slash(&mut a, "/model default"),
+            vec![Effect::Restart { model: Some("default".into()), keep_conversation: true }]
+        );
         assert_eq!(run_slash(&mut a, "/resume abc"), vec![Effect::Resume { id: "abc".into() }]);
         assert_eq!(run_slash(&mut a, "/quit"), vec![Effect::Quit]);
         assert!(run_slash(&mut a, "/approval ask").is_empty());

@@ -3,9 +3,9 @@
 //! (highlighted).
 
 use pulldown_cmark::{Alignment, CodeBlockKind, Event as Md, HeadingLevel, Options, Parser, Tag, TagEnd};
-use unicode_width::UnicodeWidthStr;
 use ratatui::style::{Color, Modifier, Style};
 use ratatui::text::{Line, Span};
+use unicode_width::UnicodeWidthStr;
 
 use super::highlight::highlight;
 

@@ -349,8 +349,7 @@ pub async fn run(mut ctx: TuiContext, executor: ToolExecutor) -> Result<Option<i
             Err(e) => app.error(format!("{e}; this session is not saved")),
         }
     }
-    let mut runner =
-        Runner {
+    let mut runner = Runner {
         ctx,
         app,
         core: None,

@@ -189,3 +189,32 @@ fn narrow_layout_of_40_columns() {
     assert!(t.contains("…\""), "{t}");
     assert_snapshot!("narrow_40_columns", b);
 }
+
+#[test]
+fn a_long_prompt_shows_its_progress() {
+    let mut a = app(ApprovalMode::Auto);
+    a.user_turn("Summarise the repository.".into());
+    a.on_core(Event::TurnStarted { turn: 1 });
+    a.on_core(Event::PromptProgress { turn: 1, evaluated: 1024, total: 3100 });
+    let b = screen(&mut a, 80, 12);
+    let t = text_of(&b);
+    assert!(t.contains("reading the prompt 1,024/3,100 tokens"), "{t}");
+    assert!(t.contains("ctx 3.1k/32.8k"), "the context counter shows the prompt: {t}");
+    assert_snapshot!("prompt_progress", b);
+}
+
+#[test]
+fn a_table_and_links_in_an_answer() {
+    let mut a = app(ApprovalMode::Auto);
+    a.user_turn("Compare the crates.".into());
+    a.on_core(Event::TurnStarted { turn: 1 });
+    let md = "## Crates\n\n| crate | lines | role |\n|---|--:|:-:|\n| core | 9000 | loop |\n| tui | 3900 | UI |\n\n\
+              See [the docs](https://docs.rs/ratatui) and <https://example.com>.";
+    a.on_core(Event::AssistantMessage { turn: 1, text: md.into() });
+    a.on_core(Event::TaskComplete);
+    let b = screen(&mut a, 80, 18);
+    let t = text_of(&b);
+    assert!(t.contains("crate │ lines │ role") && t.contains("core  │  9000 │ loop"), "{t}");
+    assert!(t.contains("the docs (https://docs.rs/ratatui)") && !t.contains("## Crates"), "{t}");
+    assert_snapshot!("table_and_links", b);
+}

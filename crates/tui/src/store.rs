@@ -115,11 +115,8 @@ impl SessionWriter {
                 return Ok(());
             }
             None => {
-                let f = OpenOptions::new()
-                    .create(true)
-                    .append(true)
-                    .open(&self.path)
-                    .map_err(|e| err(e.to_string()))?;
+                let f =
+                    OpenOptions::new().create(true).append(true).open(&self.path).map_err(|e| err(e.to_string()))?;
                 self.file.insert(f)
             }
         };

@@ -20,7 +20,8 @@ pub fn adapt_history(messages: Vec<ChatMessage>, format: ToolFormat) -> Vec<Chat
     for m in messages {
         match m.role {
             Role::Tool => {
-                let tool = m.tool_call_id.as_ref().and_then(|id| names.get(id)).cloned().unwrap_or_else(|| "tool".into());
+                let tool =
+                    m.tool_call_id.as_ref().and_then(|id| names.get(id)).cloned().unwrap_or_else(|| "tool".into());
                 let part = format!("<{tool}_output>\n{}\n</{tool}_output>", m.content.trim_end());
                 match out.last_mut() {
                     Some(last) if results_open => {

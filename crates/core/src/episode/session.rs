@@ -365,7 +365,10 @@ impl Session {
                     continue;
                 }
                 Err(LlmError::ContextOverflow { .. }) => {
-                    self.emit(Event::Error { message: "the conversation no longer fits the model's context window".into(), fatal: false });
+                    self.emit(Event::Error {
+                        message: "the conversation no longer fits the model's context window".into(),
+                        fatal: false,
+                    });
                     return TaskEnd::Stopped(EndReason::ContextExhausted);
                 }
                 Err(e) => {
@@ -760,11 +763,8 @@ impl Session {
                 tail += 1;
             }
             let cut = tail - head;
-            self.messages[i].content = format!(
-                "{}\n[… {cut} bytes cut to fit the context window …]\n{}",
-                &content[..head],
-                &content[tail..]
-            );
+            self.messages[i].content =
+                format!("{}\n[… {cut} bytes cut to fit the context window …]\n{}", &content[..head], &content[tail..]);
         }
         size(&self.messages, &self.cfg.system_prompt) <= budget
     }
@@ -793,7 +793,9 @@ impl Session {
                 )];
                 self.emit(Event::Notice { message: "history compacted".into() });
             }
-            Ok(_) => self.emit(Event::Notice { message: "compacting was interrupted; the history is unchanged".into() }),
+            Ok(_) => {
+                self.emit(Event::Notice { message: "compacting was interrupted; the history is unchanged".into() })
+            }
             Err(e) => self.emit(Event::Error { message: format!("compacting failed: {e}"), fatal: false }),
         }
     }

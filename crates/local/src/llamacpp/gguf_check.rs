@@ -125,7 +125,9 @@ pub fn gguf_problem(path: &Path) -> Option<String> {
     };
     let size = file.metadata().map(|m| m.len()).unwrap_or(0);
     let mut r = Reader { inner: BufReader::new(file) };
-    let truncated = |what: &str| Some(format!("the file ends inside its {what} ({size} bytes): it is truncated (an interrupted download?)"));
+    let truncated = |what: &str| {
+        Some(format!("the file ends inside its {what} ({size} bytes): it is truncated (an interrupted download?)"))
+    };
     let Ok(magic) = r.bytes::<4>() else { return truncated("header") };
     if &magic != MAGIC {
         return Some(format!(
