@@ -111,3 +111,26 @@ fn model_bench_measures_prefix_reuse_and_the_warm_prompt_cache() {
     assert!(report["decode"]["decode_tokens_per_sec"].as_f64().unwrap() > 0.0);
     assert!(report["prompt"]["prompt_tokens_per_sec"].as_f64().unwrap() > 0.0);
 }
+
+/// llama.cpp says only "null result" about a damaged file; the error says what is wrong.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_truncated_gguf_is_reported_as_truncated() {
+    resolve_model(&ModelSpec::Builtin("smollm2-135m".into()), &options()).await.unwrap();
+    let cached = agent_core::models::models_dir().unwrap().join("smollm2-135m-instruct-q4_1.gguf");
+    let bytes = std::fs::read(&cached).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let cut = dir.path().join("cut.gguf");
+    std::fs::write(&cut, &bytes[..bytes.len() / 2]).unwrap();
+    let err = match resolve_model(&ModelSpec::parse(cut.to_str().unwrap()).unwrap(), &options()).await {
+        Ok(_) => panic!("a truncated file loaded"),
+        Err(e) => e.to_string(),
+    };
+    assert!(err.contains("truncated") && err.contains("bytes missing"), "{err}");
+    let html = dir.path().join("page.gguf");
+    std::fs::write(&html, "<!DOCTYPE html><html>not found</html>").unwrap();
+    let err = match resolve_model(&ModelSpec::parse(html.to_str().unwrap()).unwrap(), &options()).await {
+        Ok(_) => panic!("an HTML page loaded"),
+        Err(e) => e.to_string(),
+    };
+    assert!(err.contains("not a GGUF file"), "{err}");
+}

@@ -115,8 +115,14 @@ pub fn script(dir: &tempfile::TempDir, name: &str, yaml: &str) -> PathBuf {
 /// Starts `agent serve --model SPEC --model-id ID` on a free port; returns the child and
 /// its base URL.
 pub fn start_server(model_spec: &str, model_id: &str) -> (std::process::Child, String) {
+    start_server_with(model_spec, model_id, &[])
+}
+
+/// [`start_server`] with more `agent serve` arguments.
+pub fn start_server_with(model_spec: &str, model_id: &str, extra: &[&str]) -> (std::process::Child, String) {
     let mut child = Command::new(agent_bin())
         .args(["serve", "--port", "0", "--model-id", model_id, "--model", model_spec])
+        .args(extra)
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())
         .spawn()

@@ -210,3 +210,53 @@ fn replaying_a_saved_session_rebuilds_the_transcript() {
     );
     assert!(!a.busy);
 }
+
+#[test]
+fn at_completion_sees_files_created_since_start_and_the_message_carries_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut a = App::new(AppConfig {
+        model: "scripted:test".into(),
+        workspace: dir.path().display().to_string(),
+        approval: ApprovalMode::Ask,
+        context_tokens: 32_768,
+        files: Vec::new(),
+    });
+    std::fs::write(dir.path().join("notes.txt"), "remember the kumquat\n").unwrap();
+    // The list is at most two seconds old when the popup opens.
+    a.files_listed = Instant::now().checked_sub(FILES_REFRESH * 2).unwrap();
+    type_text(&mut a, "read @no");
+    assert_eq!(a.popup.as_ref().and_then(|p| p.current()), Some("@notes.txt"));
+    a.on_key(key(KeyCode::Tab));
+    let fx = a.on_key(key(KeyCode::Enter));
+    match &fx[..] {
+        [Effect::Op(Op::UserTurn { text })] => {
+            assert!(text.starts_with("read @notes.txt"), "{text}");
+            assert!(
+                text.contains("<attached_file path=\"notes.txt\">\nremember the kumquat\n</attached_file>"),
+                "{text}"
+            );
+            assert_eq!(strip_shell_notes(text), "read @notes.txt ");
+        }
+        other => panic!("{other:?}"),
+    }
+    let shown: Vec<String> = a
+        .transcript
+        .cells()
+        .filter_map(|c| match c {
+            CellKind::Info { text } => Some(text.clone()),
+            _ => None,
+        })
+        .collect();
+    assert!(shown.iter().any(|t| t.starts_with("attached @notes.txt")), "{shown:?}");
+}
+
+#[test]
+fn a_large_paste_stays_a_placeholder_in_the_transcript() {
+    let mut a = app();
+    let big: String = (0..40).map(|i| format!("line {i}\n")).collect();
+    a.on_paste(&big);
+    let fx = a.on_key(key(KeyCode::Enter));
+    assert!(matches!(&fx[..], [Effect::Op(Op::UserTurn { text })] if text.contains("line 39")));
+    assert!(matches!(a.transcript.cells().find(|c| matches!(c, CellKind::User { .. })),
+        Some(CellKind::User { text }) if text.starts_with("[pasted") && !text.contains("line 39")));
+}
