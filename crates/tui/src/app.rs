@@ -14,6 +14,7 @@ use super::cell::{CellKind, ToolCell, ToolStatus};
 use super::commands::run_slash;
 use super::composer::Composer;
 use super::popup::{file_popup, slash_popup, Popup, PopupKind};
+pub use super::shell_cmd::strip_shell_notes;
 use super::transcript::Transcript;
 
 /// How often the `@` completion lists the workspace again at most.
@@ -21,29 +22,7 @@ const FILES_REFRESH: Duration = Duration::from_secs(2);
 /// How long a first Ctrl+C waits for the second.
 const QUIT_WINDOW: Duration = Duration::from_secs(2);
 /// The hint while an interrupt is on its way (cleared when the turn ends).
-const INTERRUPTING: &str = "interrupting…";
-
-/// `12345` as `12,345`.
-fn group(n: u64) -> String {
-    let digits = n.to_string();
-    let mut out = String::new();
-    for (i, c) in digits.chars().enumerate() {
-        if i > 0 && (digits.len() - i).is_multiple_of(3) {
-            out.push(',');
-        }
-        out.push(c);
-    }
-    out
-}
-
-/// Seconds as `42s` or `3m 05s`.
-fn duration(secs: u64) -> String {
-    if secs < 60 {
-        format!("{secs}s")
-    } else {
-        format!("{}m {:02}s", secs / 60, secs % 60)
-    }
-}
+pub(crate) const INTERRUPTING: &str = "interrupting…";
 
 /// Something the runner must do on the UI's behalf.
 #[derive(Debug, Clone, PartialEq)]
@@ -129,7 +108,7 @@ pub struct App {
     files_listed: Instant,
     pub(super) last_todo: Option<String>,
     /// When the streaming reply's first text came, and its bytes since.
-    stream: Option<(Instant, usize)>,
+    pub(crate) stream: Option<(Instant, usize)>,
     /// When the turn's work began (for the working indicator's elapsed time).
     pub busy_since: Option<Instant>,
     /// The local engine's progress through the prompt: tokens evaluated and total.
@@ -138,33 +117,8 @@ pub struct App {
     pub frame: u64,
     shell_seq: u32,
     /// Results of `!cmd`s since the last message, told to the model with the next one.
-    shell_notes: Vec<String>,
+    pub(crate) shell_notes: Vec<String>,
     pub should_quit: bool,
-}
-
-/// The most bytes of a `!cmd`'s output passed on to the model.
-const SHELL_NOTE_BYTES: usize = 4000;
-/// How much of a running `!cmd`'s output its cell keeps.
-const SHELL_LIVE_BYTES: usize = 64 * 1024;
-/// How a `!cmd` note passed on to the model starts and ends.
-const SHELL_NOTE_START: &str = "(I ran `";
-const SHELL_NOTE_END: &str = "</bash_output>\n\n";
-
-/// A sent message without the `!cmd` notes put before it and the `@path` files after
-/// it (for showing it again).
-pub fn strip_shell_notes(text: &str) -> &str {
-    let mut s = text;
-    while s.starts_with(SHELL_NOTE_START) {
-        match s.find(SHELL_NOTE_END) {
-            Some(i) => s = &s[i + SHELL_NOTE_END.len()..],
-            None => break,
-        }
-    }
-    // `@path` attachments follow the user's own words.
-    match s.find("\n\n<attached_file path=") {
-        Some(i) => &s[..i],
-        None => s,
-    }
 }
 
 /// The next mode for Shift+Tab.
@@ -484,84 +438,6 @@ impl App {
         sent.push_str(&text);
         sent.push_str(&attached.appendix);
         vec![Effect::Op(Op::UserTurn { text: sent })]
-    }
-
-    /// The working indicator: a spinner, what the agent does now and for how long.
-    pub fn working_line(&self) -> Option<String> {
-        if !self.busy && !self.shell_running() {
-            return None;
-        }
-        const SPINNER: [char; 10] = ['⠋', '⠙', '⠹', '⠸', '⠼', '⠴', '⠦', '⠧', '⠇', '⠏'];
-        let spin = SPINNER[(self.frame % SPINNER.len() as u64) as usize];
-        let phase = match (self.busy, self.prompt_progress, self.stream) {
-            (true, Some((done, total)), None) => format!("reading the prompt {}/{} tokens", group(done), group(total)),
-            (true, _, _) => "working".to_string(),
-            (false, _, _) => "running the command".to_string(),
-        };
-        let secs = self.busy_since.map(|t| t.elapsed().as_secs()).unwrap_or(0);
-        let elapsed = if secs >= 1 { format!(" · {}", duration(secs)) } else { String::new() };
-        Some(format!("{spin} {phase}{elapsed} · Esc to interrupt"))
-    }
-
-    /// Whether a `!cmd` is running.
-    pub fn shell_running(&self) -> bool {
-        self.transcript
-            .cells()
-            .any(|c| matches!(c, CellKind::Tool(t) if t.tool == "!" && t.status == ToolStatus::Running))
-    }
-
-    /// Output of a running `!cmd`, as it arrives (the cell keeps the last
-    /// [`SHELL_LIVE_BYTES`]; the whole capped output replaces it at the end).
-    pub fn shell_output(&mut self, id: &str, chunk: &str) {
-        let Some(t) = self.transcript.tool_mut(id) else { return };
-        t.output.push_str(chunk);
-        if t.output.len() > SHELL_LIVE_BYTES {
-            let mut cut = t.output.len() - SHELL_LIVE_BYTES;
-            while !t.output.is_char_boundary(cut) {
-                cut += 1;
-            }
-            t.output.drain(..cut);
-        }
-    }
-
-    /// A `!cmd` ended (by itself, or stopped by Esc when `interrupted`).
-    pub fn shell_done(
-        &mut self,
-        id: &str,
-        output: String,
-        exit_code: Option<i64>,
-        interrupted: bool,
-        duration_ms: u64,
-    ) {
-        if self.hint.as_deref() == Some(INTERRUPTING) && !self.busy {
-            self.hint = None;
-        }
-        let Some(t) = self.transcript.tool_mut(id) else { return };
-        let cmd = t.args.get("cmd").and_then(Value::as_str).unwrap_or_default().to_string();
-        let mut shown = output.clone();
-        if shown.len() > SHELL_NOTE_BYTES {
-            let mut end = SHELL_NOTE_BYTES;
-            while !shown.is_char_boundary(end) {
-                end -= 1;
-            }
-            shown.truncate(end);
-            shown.push_str("\n[… output cut]");
-        }
-        t.output = output;
-        t.status = if interrupted {
-            ToolStatus::Interrupted
-        } else {
-            ToolStatus::Done { exit_code, duration_ms, timed_out: exit_code.is_none() }
-        };
-        let code = match (interrupted, exit_code) {
-            (true, _) => "none (I interrupted it)".to_string(),
-            (false, Some(c)) => c.to_string(),
-            (false, None) => "none".to_string(),
-        };
-        self.shell_notes.push(format!(
-            "{SHELL_NOTE_START}{cmd}` in the sandbox myself; exit code {code}; its output:)\n<bash_output>\n{}\n{SHELL_NOTE_END}",
-            shown.trim_end()
-        ));
     }
 
     /// The turn's work ended (finish, interrupt, a stop, an error).

@@ -16,10 +16,12 @@ pub mod perf;
 pub mod popup;
 mod reply;
 pub mod runner;
+mod shell_cmd;
 pub mod store;
 pub mod terminal;
 pub mod transcript;
 pub mod view;
+pub mod working;
 mod wrap;
 
 #[cfg(test)]

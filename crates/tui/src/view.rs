@@ -61,7 +61,7 @@ fn composer_rows(app: &App, width: usize) -> (Vec<String>, (usize, usize)) {
 }
 
 fn draw_composer(frame: &mut Frame<'_>, app: &App, area: Rect, rows: &[String], cursor: (usize, usize)) {
-    let title = app.working_line().map(|w| format!(" {w} ")).unwrap_or_default();
+    let title = super::working::working_line(app).map(|w| format!(" {w} ")).unwrap_or_default();
     let block = Block::default()
         .borders(Borders::ALL)
         .border_type(BorderType::Rounded)
