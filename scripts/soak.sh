@@ -20,6 +20,13 @@ cat > "$work/model.yaml" <<'YAML'
 - "<bash>\ncmd: sleep 3; echo ok > /app/ok.txt\n</bash>"
 - "<finish>\nmessage: wrote ok.txt\n</finish>"
 YAML
+# Dangling images that carry bench's layers, to tell this run's leftovers from older ones.
+ours_dangling() {
+  for id in $(docker images -a -q --no-trunc -f dangling=true); do
+    if docker history --no-trunc "$id" 2>/dev/null | grep -q /usr/local/share/agent/host-ca-bundle.crt; then echo "$id"; fi
+  done | sort
+}
+dangling_before="$(ours_dangling)"
 bench=("$AGENT_BIN" bench --quiet -n 4 -k "$attempts" --agent agent --model "scripted:$work/model.yaml")
 started=$(date +%s)
 
@@ -73,11 +80,9 @@ print(f"✔ {len(s)} trials, one result each, verdicts equal the clean run's ({s
 PY
 left_c=$(docker ps -aq --filter "label=agent.run=$run_id" | wc -l)
 left_n=$(docker network ls -q --filter "label=agent.run=$run_id" | wc -l)
-left_i=0
-for id in $(docker images -a -q --no-trunc -f dangling=true); do
-  if docker history --no-trunc "$id" 2>/dev/null | grep -q /usr/local/share/agent/host-ca-bundle.crt; then left_i=$((left_i + 1)); fi
-done
+left_i=$(comm -13 <(echo "$dangling_before") <(ours_dangling) | grep -c . || true)
 echo "● left: $left_c containers, $left_n networks, $left_i dangling images of ours"
 echo "● clean run ${clean_secs} s; soak run ${soak_secs} s with $signals signals"
 [ "$left_c" = 0 ] && [ "$left_n" = 0 ] && [ "$left_i" = 0 ]
+for i in $(seq 1 "$copies"); do docker rmi "agent-bench-soak-$i-client:latest" >/dev/null 2>&1 || true; done
 rm -rf "$work"

@@ -532,8 +532,29 @@ pub async fn build_task_image_with(
         builder.append_data(&mut header, CA_CONTEXT_NAME, ca.as_slice()).map_err(io("pack the CA bundle".into()))?;
     }
     let context = builder.into_inner().map_err(io("pack the build context".into()))?;
+    let before = docker.api().inspect_image(tag).await.ok().and_then(|i| i.id);
     run_build_with(docker, tag, name, context, env, log).await?;
+    remove_replaced(docker, tag, before).await;
     Ok(tag.to_string())
+}
+
+/// Removes the image `tag` named before a rebuild moved the tag elsewhere, so that
+/// rebuilds leave no dangling images. One still in use or tagged otherwise stays (the
+/// engine refuses; nothing is forced).
+async fn remove_replaced(docker: &Engine, tag: &str, before: Option<String>) {
+    let Some(old) = before else { return };
+    let now = docker.api().inspect_image(tag).await.ok().and_then(|i| i.id);
+    if now.as_deref() == Some(old.as_str()) {
+        return;
+    }
+    let untagged =
+        docker.api().inspect_image(&old).await.ok().is_some_and(|i| i.repo_tags.unwrap_or_default().is_empty());
+    if untagged {
+        let opts = bollard::image::RemoveImageOptions { force: false, noprune: false };
+        if let Err(e) = docker.api().remove_image(&old, Some(opts), None).await {
+            tracing::debug!("kept the replaced image {old}: {e}");
+        }
+    }
 }
 
 #[cfg(test)]

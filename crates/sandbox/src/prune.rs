@@ -53,6 +53,13 @@ fn owner_alive(owner: &str) -> bool {
     process_start_ticks(pid) == Some(start)
 }
 
+/// Whether something with these labels is to be pruned: everything of ours for
+/// [`PruneScope::All`], only what a dead process owned for [`PruneScope::Orphaned`].
+fn in_scope(labels: Option<&HashMap<String, String>>, scope: PruneScope) -> bool {
+    let owner = labels.and_then(|l| l.get(LABEL_OWNER)).map(String::as_str).unwrap_or_default();
+    scope == PruneScope::All || !owner_alive(owner)
+}
+
 /// Removes sandbox containers in `scope`, then the networks of multi-service tasks by
 /// the same owner rule; returns the names removed (networks as `network NAME`).
 pub async fn prune(engine: &Engine, scope: PruneScope) -> Result<Vec<String>, SandboxError> {
@@ -71,8 +78,7 @@ async fn prune_networks(engine: &Engine, scope: PruneScope) -> Result<Vec<String
     let mut removed = Vec::new();
     for net in list {
         let Some(id) = net.id else { continue };
-        let owner = net.labels.as_ref().and_then(|l| l.get(LABEL_OWNER)).cloned().unwrap_or_default();
-        if scope == PruneScope::Orphaned && owner_alive(&owner) {
+        if !in_scope(net.labels.as_ref(), scope) {
             continue;
         }
         match engine.api().remove_network(&id).await {
@@ -93,8 +99,7 @@ async fn prune_containers(docker: &Engine, scope: PruneScope) -> Result<Vec<Stri
     let mut removed = Vec::new();
     for c in list {
         let Some(id) = c.id else { continue };
-        let owner = c.labels.as_ref().and_then(|l| l.get(LABEL_OWNER)).cloned().unwrap_or_default();
-        if scope == PruneScope::Orphaned && owner_alive(&owner) {
+        if !in_scope(c.labels.as_ref(), scope) {
             continue;
         }
         let opts = RemoveContainerOptions { force: true, v: true, ..Default::default() };

@@ -23,7 +23,8 @@ pub struct Composer {
     pastes: Vec<(String, String)>,
 }
 
-fn group_thousands(n: usize) -> String {
+/// `12345` as `12,345` (the UI's counts: pasted lines, prompt tokens).
+pub(crate) fn group_thousands(n: u64) -> String {
     let s = n.to_string();
     let mut out = String::new();
     for (i, c) in s.chars().enumerate() {
@@ -78,7 +79,7 @@ impl Composer {
         let content = content.replace("\r\n", "\n").replace('\r', "\n");
         let lines = content.lines().count();
         if lines > PASTE_PLACEHOLDER_LINES || content.len() > PASTE_PLACEHOLDER_BYTES {
-            let placeholder = format!("[pasted {} lines #{}]", group_thousands(lines), self.pastes.len() + 1);
+            let placeholder = format!("[pasted {} lines #{}]", group_thousands(lines as u64), self.pastes.len() + 1);
             self.insert_str(&placeholder);
             self.pastes.push((placeholder, content));
         } else {

@@ -2,6 +2,7 @@
 //! a long prompt, working, running a `!cmd`) and for how long.
 
 use super::app::App;
+use super::composer::group_thousands;
 
 /// The working indicator: a spinner, what the agent does now and for how long.
 pub fn working_line(app: &App) -> Option<String> {
@@ -11,26 +12,15 @@ pub fn working_line(app: &App) -> Option<String> {
     const SPINNER: [char; 10] = ['⠋', '⠙', '⠹', '⠸', '⠼', '⠴', '⠦', '⠧', '⠇', '⠏'];
     let spin = SPINNER[(app.frame % SPINNER.len() as u64) as usize];
     let phase = match (app.busy, app.prompt_progress, app.stream) {
-        (true, Some((done, total)), None) => format!("reading the prompt {}/{} tokens", group(done), group(total)),
+        (true, Some((done, total)), None) => {
+            format!("reading the prompt {}/{} tokens", group_thousands(done), group_thousands(total))
+        }
         (true, _, _) => "working".to_string(),
         (false, _, _) => "running the command".to_string(),
     };
     let secs = app.busy_since.map(|t| t.elapsed().as_secs()).unwrap_or(0);
     let elapsed = if secs >= 1 { format!(" · {}", duration(secs)) } else { String::new() };
     Some(format!("{spin} {phase}{elapsed} · Esc to interrupt"))
-}
-
-/// `12345` as `12,345`.
-fn group(n: u64) -> String {
-    let digits = n.to_string();
-    let mut out = String::new();
-    for (i, c) in digits.chars().enumerate() {
-        if i > 0 && (digits.len() - i).is_multiple_of(3) {
-            out.push(',');
-        }
-        out.push(c);
-    }
-    out
 }
 
 /// Seconds as `42s` or `3m 05s`.
