@@ -136,6 +136,9 @@ pub async fn run(args: TrainArgs, config: Config) -> anyhow::Result<u8> {
         r = agent_train::train(opts, &docker, &log) => r,
         sig = signals.recv() => {
             agent_sandbox::cleanup_registered(&docker).await;
+            // Rollouts run under many run ids; a create in flight may land after the
+            // first pass: remove what this process owns until nothing is left.
+            agent_sandbox::remove_own_settled(&docker).await;
             eprintln!("✗ interrupted; `agent train --resume --out {}` continues from the last checkpoint", out.display());
             return Ok(Signals::exit_code(sig));
         }

@@ -1,5 +1,7 @@
-//! The part of a TB1 `docker-compose.yaml` a trial needs: services, their builds,
-//! commands, environment, health checks and start order.
+//! The part of a task's `docker-compose.yaml` a trial needs: services, their builds,
+//! commands, environment, health checks and start order, in Terminal-Bench 1's dialect
+//! (the agent works in `client`, `T_BENCH_*` variables) and Harbor's, which Terminal-Bench
+//! 2 tasks are written in (the agent works in `main`; `CONTEXT_DIR`, `TEST_DIR`, …).
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -9,8 +11,30 @@ use serde_yaml::Value;
 
 use super::error::TaskError;
 
-/// The service the agent works in (Terminal-Bench's convention).
+/// The service the agent works in (Terminal-Bench 1's convention).
 pub const CLIENT: &str = "client";
+/// The service the agent works in under Harbor (Terminal-Bench 2).
+pub const MAIN: &str = "main";
+
+/// Which harness wrote the compose file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Dialect {
+    /// Terminal-Bench 1: `client`, `${T_BENCH_TEST_DIR}` and friends.
+    Tb1,
+    /// Harbor (Terminal-Bench 2): `main`, `${CONTEXT_DIR}`, `${TEST_DIR}`,
+    /// `${MAIN_IMAGE_NAME}`, `${CPUS}`, `${MEMORY}`.
+    Harbor,
+}
+
+impl Dialect {
+    /// The name of the agent's service.
+    pub fn agent_service(self) -> &'static str {
+        match self {
+            Dialect::Tb1 => CLIENT,
+            Dialect::Harbor => MAIN,
+        }
+    }
+}
 /// Where the tests are copied in the agent's container.
 pub const TEST_DIR: &str = "/tests";
 /// Where Terminal-Bench mounts its logs in the container.
@@ -53,31 +77,33 @@ pub struct Service {
 #[derive(Debug, Clone, PartialEq)]
 pub struct Compose {
     pub path: PathBuf,
-    /// Every service, the client included, in start order (dependencies first).
+    /// Every service, the agent's included, in start order (dependencies first).
     pub services: Vec<Service>,
+    /// The agent's service (`client` or `main`); also its name on the task's network.
+    pub agent_service: String,
 }
 
 impl Compose {
     /// The agent's service.
     pub fn client(&self) -> Option<&Service> {
-        self.services.iter().find(|s| s.name == CLIENT)
+        self.services.iter().find(|s| s.name == self.agent_service)
     }
 
     /// The other services, in start order.
     pub fn sidecars(&self) -> impl Iterator<Item = &Service> {
-        self.services.iter().filter(|s| s.name != CLIENT)
+        self.services.iter().filter(|s| s.name != self.agent_service)
     }
 
     /// Parses `path`; `dir` is the directory build contexts are relative to.
-    pub fn load(path: &Path, dir: &Path) -> Result<Compose, TaskError> {
+    pub fn load(path: &Path, dir: &Path, dialect: Dialect) -> Result<Compose, TaskError> {
         let shown = path.display().to_string();
         let text = std::fs::read_to_string(path)
             .map_err(|e| TaskError::Invalid { path: shown.clone(), reason: format!("cannot read: {e}") })?;
-        Self::parse(&text, &shown, dir)
+        Self::parse(&text, &shown, dir, dialect)
     }
 
     /// Parses compose text; `shown` names the file in errors.
-    pub fn parse(text: &str, shown: &str, dir: &Path) -> Result<Compose, TaskError> {
+    pub fn parse(text: &str, shown: &str, dir: &Path, dialect: Dialect) -> Result<Compose, TaskError> {
         let doc: Value = serde_yaml::from_str(text).map_err(|e| TaskError::Invalid {
             path: shown.to_string(),
             reason: match e.location() {
@@ -97,13 +123,14 @@ impl Compose {
         let mut parsed = Vec::new();
         for (name, body) in services {
             let name = name.as_str().ok_or_else(|| bad("services".into(), "a service name is not a string"))?;
-            parsed.push(parse_service(name, body, dir, &|f, r| bad(format!("services.{name}.{f}"), r))?);
+            parsed.push(parse_service(name, body, dir, dialect, &|f, r| bad(format!("services.{name}.{f}"), r))?);
         }
-        if !parsed.iter().any(|s| s.name == CLIENT) {
-            return Err(TaskError::MissingField { path: shown.to_string(), field: format!("services.{CLIENT}") });
+        let agent = dialect.agent_service();
+        if !parsed.iter().any(|s| s.name == agent) {
+            return Err(TaskError::MissingField { path: shown.to_string(), field: format!("services.{agent}") });
         }
         let services = start_order(parsed, &|r| bad("depends_on".into(), r))?;
-        Ok(Compose { path: PathBuf::from(shown), services })
+        Ok(Compose { path: PathBuf::from(shown), services, agent_service: agent.to_string() })
     }
 }
 
@@ -112,15 +139,16 @@ type Bad<'a> = &'a dyn Fn(&str, &str) -> TaskError;
 /// The error for one field, already chosen, with the reason given.
 type BadReason<'a> = &'a dyn Fn(&str) -> TaskError;
 
-fn parse_service(name: &str, body: &Value, dir: &Path, bad: Bad) -> Result<Service, TaskError> {
+fn parse_service(name: &str, body: &Value, dir: &Path, dialect: Dialect, bad: Bad) -> Result<Service, TaskError> {
+    let sub = |s: &str| substitute(s, dialect);
     let image = match body.get("build") {
         Some(Value::String(ctx)) => {
-            let context = dir.join(ctx);
+            let context = dir.join(sub(ctx));
             ImageSource::Build { dockerfile: context.join("Dockerfile"), context }
         }
         Some(b @ Value::Mapping(_)) => {
-            let context = dir.join(b.get("context").and_then(Value::as_str).unwrap_or("."));
-            let file = b.get("dockerfile").and_then(Value::as_str).unwrap_or("Dockerfile");
+            let context = dir.join(sub(b.get("context").and_then(Value::as_str).unwrap_or(".")));
+            let file = sub(b.get("dockerfile").and_then(Value::as_str).unwrap_or("Dockerfile"));
             ImageSource::Build { dockerfile: context.join(file), context }
         }
         Some(_) => return Err(bad("build", "expected a path or a mapping with `context` and `dockerfile`")),
@@ -151,7 +179,7 @@ fn parse_service(name: &str, body: &Value, dir: &Path, bad: Bad) -> Result<Servi
             .collect(),
         Some(_) => return Err(bad("environment", "expected a list or a mapping")),
     };
-    let environment = environment.iter().map(|e| substitute(e)).collect();
+    let environment = environment.iter().map(|e| sub(e)).collect();
     let healthcheck = match body.get("healthcheck") {
         None => None,
         Some(h) => parse_healthcheck(h, &|r| bad("healthcheck", r))?,
@@ -185,9 +213,14 @@ fn strings(items: &[Value]) -> Option<Vec<String>> {
         .collect()
 }
 
-/// Replaces the Terminal-Bench variables a container needs; others become empty.
-fn substitute(s: &str) -> String {
-    let vars = BTreeMap::from([("T_BENCH_TEST_DIR", TEST_DIR), ("T_BENCH_CONTAINER_LOGS_PATH", LOGS_DIR)]);
+/// Replaces the harness's variables a container needs; others become empty. Harbor's
+/// `CONTEXT_DIR` is the environment folder itself (contexts are relative to it); its
+/// image name, CPU and memory variables are the harness's business (our limits apply).
+fn substitute(s: &str, dialect: Dialect) -> String {
+    let vars = match dialect {
+        Dialect::Tb1 => BTreeMap::from([("T_BENCH_TEST_DIR", TEST_DIR), ("T_BENCH_CONTAINER_LOGS_PATH", LOGS_DIR)]),
+        Dialect::Harbor => BTreeMap::from([("TEST_DIR", TEST_DIR), ("CONTEXT_DIR", "."), ("LOGS_DIR", LOGS_DIR)]),
+    };
     let mut out = String::new();
     let mut rest = s;
     while let Some(at) = rest.find("${") {
@@ -308,7 +341,7 @@ services:
 
     #[test]
     fn parses_a_two_service_file_in_start_order() {
-        let c = Compose::parse(SCRAPER, "dc.yaml", Path::new("/t")).unwrap();
+        let c = Compose::parse(SCRAPER, "dc.yaml", Path::new("/t"), Dialect::Tb1).unwrap();
         let names: Vec<&str> = c.services.iter().map(|s| s.name.as_str()).collect();
         assert_eq!(names, ["server", "client"]);
         let client = c.client().unwrap();
@@ -326,20 +359,23 @@ services:
 
     #[test]
     fn errors_name_the_field() {
-        let e = Compose::parse("services:\n  server:\n    image: x\n", "dc.yaml", Path::new("/t")).unwrap_err();
+        let e = Compose::parse("services:\n  server:\n    image: x\n", "dc.yaml", Path::new("/t"), Dialect::Tb1)
+            .unwrap_err();
         assert!(e.to_string().contains("services.client"), "{e}");
-        let e = Compose::parse("services:\n  client:\n    image: ${X}\n", "dc.yaml", Path::new("/t")).unwrap_err();
+        let e = Compose::parse("services:\n  client:\n    image: ${X}\n", "dc.yaml", Path::new("/t"), Dialect::Tb1)
+            .unwrap_err();
         assert!(e.to_string().contains("services.client.build"), "{e}");
         let text = "services:\n  client:\n    build: .\n    depends_on: [db]\n";
-        let e = Compose::parse(text, "dc.yaml", Path::new("/t")).unwrap_err();
+        let e = Compose::parse(text, "dc.yaml", Path::new("/t"), Dialect::Tb1).unwrap_err();
         assert!(e.to_string().contains("depends on `db`"), "{e}");
-        let e = Compose::parse("services: [\n", "dc.yaml", Path::new("/t")).unwrap_err();
+        let e = Compose::parse("services: [\n", "dc.yaml", Path::new("/t"), Dialect::Tb1).unwrap_err();
         assert!(e.to_string().contains("line"), "{e}");
     }
 
     #[test]
     fn variables_and_durations() {
-        assert_eq!(substitute("A=${T_BENCH_TEST_DIR}/x${NOPE}"), "A=/tests/x");
+        assert_eq!(substitute("A=${T_BENCH_TEST_DIR}/x${NOPE}", Dialect::Tb1), "A=/tests/x");
+        assert_eq!(substitute("TEST_DIR=${TEST_DIR}", Dialect::Harbor), "TEST_DIR=/tests");
         let bad =
             |r: &str| TaskError::BadField { path: "dc.yaml".into(), field: "healthcheck".into(), reason: r.into() };
         assert_eq!(parse_duration(Some(&Value::from("1.5m")), Duration::ZERO, &bad).unwrap(), Duration::from_secs(90));

@@ -5,7 +5,7 @@
 
 use std::time::{Duration, Instant};
 
-use super::compose::{Service, CLIENT, TEST_DIR};
+use super::compose::{Service, TEST_DIR};
 use super::error::EnvError;
 use super::images::TaskImages;
 use super::task::BenchTask;
@@ -115,12 +115,12 @@ impl TrialEnv {
         }
         if !settings.network {
             // Only the services' internal network, or none at all.
-            cfg.join = self.network.as_ref().map(|n| (n.name().to_string(), vec![CLIENT.to_string()]));
+            cfg.join = self.network.as_ref().map(|n| (n.name().to_string(), vec![client.name.clone()]));
             cfg.network = cfg.join.is_some();
         }
         let sandbox = Sandbox::start(engine, &cfg).await?;
         if let (Some(net), true) = (&self.network, settings.network) {
-            if let Err(e) = net.connect(&sandbox, CLIENT).await {
+            if let Err(e) = net.connect(&sandbox, &client.name).await {
                 sandbox.remove().await;
                 return Err(EnvError::Connect(e));
             }

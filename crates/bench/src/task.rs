@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
-use super::compose::{Compose, ImageSource, Service, CLIENT};
+use super::compose::{Compose, Dialect, ImageSource, Service};
 use super::error::TaskError;
 use super::solution::Solution;
 
@@ -173,9 +173,9 @@ impl BenchTask {
         let test_timeout = seconds(&shown, "max_test_timeout_sec", parsed.max_test_timeout_sec.as_ref(), 60.0)?;
         let compose_path = dir.join("docker-compose.yaml");
         let environment = if compose_path.is_file() {
-            Compose::load(&compose_path, dir)?
+            Compose::load(&compose_path, dir, Dialect::Tb1)?
         } else {
-            single_service(dir, &dir.join("Dockerfile"))
+            single_service(dir, &dir.join("Dockerfile"), Dialect::Tb1)
         };
         check_builds(&environment)?;
         let solution = if dir.join("solution.sh").is_file() {
@@ -240,9 +240,9 @@ impl BenchTask {
         let env_dir = dir.join("environment");
         let compose_path = env_dir.join("docker-compose.yaml");
         let environment = if compose_path.is_file() {
-            Compose::load(&compose_path, &env_dir)?
+            Compose::load(&compose_path, &env_dir, Dialect::Harbor)?
         } else {
-            single_service(&env_dir, &env_dir.join("Dockerfile"))
+            single_service(&env_dir, &env_dir.join("Dockerfile"), Dialect::Harbor)
         };
         check_builds(&environment)?;
         let solve = dir.join("solution").join("solve.sh");
@@ -272,11 +272,12 @@ impl BenchTask {
     }
 }
 
-fn single_service(context: &Path, dockerfile: &Path) -> Compose {
+fn single_service(context: &Path, dockerfile: &Path, dialect: Dialect) -> Compose {
     Compose {
         path: dockerfile.to_path_buf(),
+        agent_service: dialect.agent_service().into(),
         services: vec![Service {
-            name: CLIENT.into(),
+            name: dialect.agent_service().into(),
             image: ImageSource::Build { context: context.to_path_buf(), dockerfile: dockerfile.to_path_buf() },
             command: None,
             environment: vec![format!("TEST_DIR={}", super::compose::TEST_DIR)],
@@ -400,5 +401,33 @@ mod tests {
         }
         let scraper = entries.iter().find(|e| e.name == "simple-web-scraper").unwrap();
         assert_eq!(scraper.task.as_ref().unwrap().environment.services.len(), 2);
+    }
+
+    /// The same tasks as Harbor's `harbor task migrate` writes them: the agent's service
+    /// is `main` and the build contexts use Harbor's variables.
+    #[test]
+    fn every_shared_tb2_task_loads() {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/tb2-tasks");
+        if !root.is_dir() {
+            return;
+        }
+        let entries = discover(&[root.clone()]).unwrap();
+        assert_eq!(entries.len(), 15);
+        for e in &entries {
+            let t = e.task.as_ref().unwrap_or_else(|err| panic!("{}: {err}", e.name));
+            assert_eq!(t.environment.client().map(|s| s.name.as_str()), Some("main"), "{}", e.name);
+        }
+        let scraper = entries.iter().find(|e| e.name == "simple-web-scraper").unwrap().task.as_ref().unwrap();
+        let names: Vec<&str> = scraper.environment.services.iter().map(|s| s.name.as_str()).collect();
+        assert_eq!(names, ["server", "main"]);
+        let main = scraper.environment.client().unwrap();
+        assert_eq!(main.environment, ["TEST_DIR=/tests"]);
+        assert_eq!(
+            main.image,
+            ImageSource::Build {
+                context: root.join("simple-web-scraper/environment/."),
+                dockerfile: root.join("simple-web-scraper/environment/./Dockerfile")
+            }
+        );
     }
 }

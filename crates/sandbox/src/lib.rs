@@ -26,5 +26,5 @@ pub use image::{
 };
 pub use network::{remove_run_networks, Network};
 pub use output::{sanitize, OutputCollector};
-pub use prune::{owner_label, prune, remove_run, remove_run_settled, PruneScope};
+pub use prune::{owner_label, prune, remove_own_settled, remove_run, remove_run_settled, PruneScope};
 pub use shell::{shell_quote, CommandResult, Shell};

@@ -74,13 +74,18 @@ impl Network {
     }
 }
 
-fn run_filter(run_id: &str) -> HashMap<String, Vec<String>> {
-    HashMap::from([("label".to_string(), vec![format!("{LABEL_RUN}={run_id}")])])
+fn label_filter(label: &str) -> HashMap<String, Vec<String>> {
+    HashMap::from([("label".to_string(), vec![label.to_string()])])
 }
 
 /// Removes every network labelled with `run_id`; returns how many were removed.
 pub async fn remove_run_networks(engine: &Engine, run_id: &str) -> usize {
-    let opts = ListNetworksOptions { filters: run_filter(run_id) };
+    remove_labelled_networks(engine, &format!("{LABEL_RUN}={run_id}")).await
+}
+
+/// Removes every network carrying `label` (`key=value`); returns how many.
+pub(crate) async fn remove_labelled_networks(engine: &Engine, label: &str) -> usize {
+    let opts = ListNetworksOptions { filters: label_filter(label) };
     let Ok(list) = engine.api().list_networks(Some(opts)).await else { return 0 };
     let mut n = 0;
     for net in list {
@@ -93,8 +98,8 @@ pub async fn remove_run_networks(engine: &Engine, run_id: &str) -> usize {
     n
 }
 
-/// Networks labelled with `run_id` (1 when the engine cannot say, so that callers retry).
-pub(crate) async fn count_run_networks(engine: &Engine, run_id: &str) -> usize {
-    let opts = ListNetworksOptions { filters: run_filter(run_id) };
+/// Networks carrying `label` (1 when the engine cannot say, so that callers retry).
+pub(crate) async fn count_labelled_networks(engine: &Engine, label: &str) -> usize {
+    let opts = ListNetworksOptions { filters: label_filter(label) };
     engine.api().list_networks(Some(opts)).await.map(|l| l.len()).unwrap_or(1)
 }

@@ -7,7 +7,7 @@ use bollard::container::{ListContainersOptions, RemoveContainerOptions};
 
 use super::container::{LABEL_OWNER, LABEL_RUN};
 use super::error::SandboxError;
-use super::network::{count_run_networks, remove_run_networks};
+use super::network::{count_labelled_networks, remove_labelled_networks};
 
 /// Which sandbox containers to remove.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -116,12 +116,17 @@ async fn prune_containers(docker: &Engine, scope: PruneScope) -> Result<Vec<Stri
 
 /// Removes every container labelled with `run_id`; returns how many were removed.
 pub async fn remove_run(docker: &Engine, run_id: &str) -> Result<usize, SandboxError> {
+    remove_labelled(docker, &format!("{LABEL_RUN}={run_id}")).await
+}
+
+/// Removes every container carrying `label` (`key=value`); returns how many.
+async fn remove_labelled(docker: &Engine, label: &str) -> Result<usize, SandboxError> {
     let docker = docker.api();
-    let filters = HashMap::from([("label".to_string(), vec![format!("{LABEL_RUN}={run_id}")])]);
+    let filters = HashMap::from([("label".to_string(), vec![label.to_string()])]);
     let list = docker
         .list_containers(Some(ListContainersOptions { all: true, filters, ..Default::default() }))
         .await
-        .map_err(|e| SandboxError::docker("list the run's containers", e))?;
+        .map_err(|e| SandboxError::docker("list sandbox containers", e))?;
     let mut n = 0;
     for c in list {
         let Some(id) = c.id else { continue };
@@ -133,9 +138,9 @@ pub async fn remove_run(docker: &Engine, run_id: &str) -> Result<usize, SandboxE
     Ok(n)
 }
 
-/// Containers (any state) labelled with `run_id` (1 when the engine cannot say).
-async fn count_run_containers(docker: &Engine, run_id: &str) -> usize {
-    let filters = HashMap::from([("label".to_string(), vec![format!("{LABEL_RUN}={run_id}")])]);
+/// Containers (any state) carrying `label` (1 when the engine cannot say).
+async fn count_labelled(docker: &Engine, label: &str) -> usize {
+    let filters = HashMap::from([("label".to_string(), vec![label.to_string()])]);
     let opts = ListContainersOptions { all: true, filters, ..Default::default() };
     docker.api().list_containers(Some(opts)).await.map(|l| l.len()).unwrap_or(1)
 }
@@ -145,12 +150,22 @@ async fn count_run_containers(docker: &Engine, run_id: &str) -> usize {
 /// finishing, which makes its removal fail) after the first pass. Returns how many
 /// containers and networks were removed.
 pub async fn remove_run_settled(engine: &Engine, run_id: &str) -> (usize, usize) {
+    remove_settled(engine, &format!("{LABEL_RUN}={run_id}")).await
+}
+
+/// Like [`remove_run_settled`] for everything this process created, whatever its run
+/// (a trainer's rollouts run under many run ids).
+pub async fn remove_own_settled(engine: &Engine) -> (usize, usize) {
+    remove_settled(engine, &format!("{LABEL_OWNER}={}", owner_label())).await
+}
+
+async fn remove_settled(engine: &Engine, label: &str) -> (usize, usize) {
     let mut total = (0, 0);
     for pass in 0..20 {
-        let containers = remove_run(engine, run_id).await.unwrap_or(0);
-        let networks = remove_run_networks(engine, run_id).await;
+        let containers = remove_labelled(engine, label).await.unwrap_or(0);
+        let networks = remove_labelled_networks(engine, label).await;
         total = (total.0 + containers, total.1 + networks);
-        if pass >= 1 && count_run_containers(engine, run_id).await + count_run_networks(engine, run_id).await == 0 {
+        if pass >= 1 && count_labelled(engine, label).await + count_labelled_networks(engine, label).await == 0 {
             break;
         }
         tokio::time::sleep(std::time::Duration::from_millis(300)).await;
