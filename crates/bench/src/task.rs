@@ -411,7 +411,7 @@ mod tests {
         if !root.is_dir() {
             return;
         }
-        let entries = discover(&[root.clone()]).unwrap();
+        let entries = discover(std::slice::from_ref(&root)).unwrap();
         assert_eq!(entries.len(), 15);
         for e in &entries {
             let t = e.task.as_ref().unwrap_or_else(|err| panic!("{}: {err}", e.name));
