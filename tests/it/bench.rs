@@ -308,6 +308,23 @@ fn a_tb2_task_is_scored_by_its_reward_file() {
     support::remove_bench_images(&["tb2-hello"]);
 }
 
+/// A multi-service task as Harbor writes it (the agent's service is `main`, build
+/// contexts use `${CONTEXT_DIR}`): it loads, its services start, the oracle passes.
+#[test]
+fn a_tb2_multi_service_task_resolves_through_the_oracle() {
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(support::docker());
+    let dir = tempfile::tempdir().unwrap();
+    let task = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../shared/tb2-tasks/simple-web-scraper");
+    let id = run_id("tb2scraper");
+    let (code, text, r) = bench(&dir.path().join("r"), &id, &["--agent", "oracle"], &[&task]);
+    assert_eq!(code, 0, "{text}");
+    let t = trial(&r, "simple-web-scraper", 0);
+    assert_eq!(t["resolved"], true, "{t}");
+    assert_eq!(t["verified_by"], "reward-file", "{t}");
+    assert_nothing_left(&id);
+}
+
 #[test]
 fn sigint_removes_the_runs_containers_at_once_and_keeps_finished_trials() {
     signal_removes_the_runs_containers(libc::SIGINT);
