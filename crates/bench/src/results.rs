@@ -131,6 +131,9 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), BenchError> {
     std::fs::create_dir_all(dir).map_err(|e| BenchError::io(dir, e))?;
     let mut tmp = tempfile::NamedTempFile::new_in(dir).map_err(|e| BenchError::io(dir, e))?;
     std::io::Write::write_all(&mut tmp, bytes).map_err(|e| BenchError::io(path, e))?;
+    // Result files read like the logs beside them (a temporary file is created 0600).
+    use std::os::unix::fs::PermissionsExt;
+    tmp.as_file().set_permissions(std::fs::Permissions::from_mode(0o644)).map_err(|e| BenchError::io(path, e))?;
     tmp.persist(path).map_err(|e| BenchError::io(path, e.error))?;
     Ok(())
 }
@@ -169,6 +172,15 @@ pub fn load_manifest(run_dir: &Path) -> Result<RunManifest, BenchError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn result_files_are_readable_like_logs() {
+        use std::os::unix::fs::PermissionsExt;
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("results.json");
+        write_atomic(&p, b"{}").unwrap();
+        assert_eq!(std::fs::metadata(&p).unwrap().permissions().mode() & 0o777, 0o644);
+    }
 
     #[test]
     fn trial_records_round_trip_and_mark_finished_trials() {

@@ -80,20 +80,23 @@ pub async fn run_trial_with(
     rec.category = task.category.clone();
 
     let t = Instant::now();
-    let images = match ctx.images.get(task).await {
+    let built = ctx.images.get(task).await;
+    // A failed build's time counts too: it is where the trial's time went.
+    rec.timings.env_build_secs = t.elapsed().as_secs_f64();
+    let images = match built {
         Ok(i) => i,
         Err(e) => return fail(rec, FailureMode::EnvBuildFailed, e.to_string(), started),
     };
-    rec.timings.env_build_secs = t.elapsed().as_secs_f64();
     let episode = format!("{}-{attempt}", entry.name);
     let t = Instant::now();
-    let mut env = match TrialEnv::start(&ctx.docker, task, &images, &ctx.env, &episode).await {
+    let started_env = TrialEnv::start(&ctx.docker, task, &images, &ctx.env, &episode).await;
+    rec.timings.env_start_secs = t.elapsed().as_secs_f64();
+    let mut env = match started_env {
         Ok(e) => e,
         Err(e) => {
             return fail(rec, FailureMode::EnvBuildFailed, format!("the environment did not start: {e}"), started)
         }
     };
-    rec.timings.env_start_secs = t.elapsed().as_secs_f64();
     let Some(sandbox) = env.client().cloned() else {
         env.teardown().await;
         return fail(rec, FailureMode::EnvBuildFailed, "the environment has no agent container".into(), started);
