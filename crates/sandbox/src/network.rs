@@ -9,7 +9,7 @@ use bollard::network::{ConnectNetworkOptions, CreateNetworkOptions, ListNetworks
 use super::container::{Sandbox, LABEL_EPISODE, LABEL_OWNER, LABEL_RUN};
 use super::docker::Engine;
 use super::error::SandboxError;
-use super::prune::owner_label;
+use super::prune::{label_filter, owner_label};
 
 /// A bridge network of one episode.
 #[derive(Debug)]
@@ -72,10 +72,6 @@ impl Network {
             tracing::warn!("could not remove network {}: {e}", self.name);
         }
     }
-}
-
-fn label_filter(label: &str) -> HashMap<String, Vec<String>> {
-    HashMap::from([("label".to_string(), vec![label.to_string()])])
 }
 
 /// Removes every network labelled with `run_id`; returns how many were removed.

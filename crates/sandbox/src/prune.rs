@@ -53,6 +53,11 @@ fn owner_alive(owner: &str) -> bool {
     process_start_ticks(pid) == Some(start)
 }
 
+/// The engine's list filter for a label (`key` or `key=value`).
+pub(crate) fn label_filter(label: &str) -> HashMap<String, Vec<String>> {
+    HashMap::from([("label".to_string(), vec![label.to_string()])])
+}
+
 /// Whether something with these labels is to be pruned: everything of ours for
 /// [`PruneScope::All`], only what a dead process owned for [`PruneScope::Orphaned`].
 fn in_scope(labels: Option<&HashMap<String, String>>, scope: PruneScope) -> bool {
@@ -69,10 +74,9 @@ pub async fn prune(engine: &Engine, scope: PruneScope) -> Result<Vec<String>, Sa
 }
 
 async fn prune_networks(engine: &Engine, scope: PruneScope) -> Result<Vec<String>, SandboxError> {
-    let filters = HashMap::from([("label".to_string(), vec![LABEL_RUN.to_string()])]);
     let list = engine
         .api()
-        .list_networks(Some(bollard::network::ListNetworksOptions { filters }))
+        .list_networks(Some(bollard::network::ListNetworksOptions { filters: label_filter(LABEL_RUN) }))
         .await
         .map_err(|e| SandboxError::docker("list sandbox networks", e))?;
     let mut removed = Vec::new();
@@ -91,9 +95,12 @@ async fn prune_networks(engine: &Engine, scope: PruneScope) -> Result<Vec<String
 
 async fn prune_containers(docker: &Engine, scope: PruneScope) -> Result<Vec<String>, SandboxError> {
     let docker = docker.api();
-    let filters = HashMap::from([("label".to_string(), vec![LABEL_RUN.to_string()])]);
     let list = docker
-        .list_containers(Some(ListContainersOptions { all: true, filters, ..Default::default() }))
+        .list_containers(Some(ListContainersOptions {
+            all: true,
+            filters: label_filter(LABEL_RUN),
+            ..Default::default()
+        }))
         .await
         .map_err(|e| SandboxError::docker("list sandbox containers", e))?;
     let mut removed = Vec::new();
@@ -122,9 +129,8 @@ pub async fn remove_run(docker: &Engine, run_id: &str) -> Result<usize, SandboxE
 /// Removes every container carrying `label` (`key=value`); returns how many.
 async fn remove_labelled(docker: &Engine, label: &str) -> Result<usize, SandboxError> {
     let docker = docker.api();
-    let filters = HashMap::from([("label".to_string(), vec![label.to_string()])]);
     let list = docker
-        .list_containers(Some(ListContainersOptions { all: true, filters, ..Default::default() }))
+        .list_containers(Some(ListContainersOptions { all: true, filters: label_filter(label), ..Default::default() }))
         .await
         .map_err(|e| SandboxError::docker("list sandbox containers", e))?;
     let mut n = 0;
@@ -140,8 +146,7 @@ async fn remove_labelled(docker: &Engine, label: &str) -> Result<usize, SandboxE
 
 /// Containers (any state) carrying `label` (1 when the engine cannot say).
 async fn count_labelled(docker: &Engine, label: &str) -> usize {
-    let filters = HashMap::from([("label".to_string(), vec![label.to_string()])]);
-    let opts = ListContainersOptions { all: true, filters, ..Default::default() };
+    let opts = ListContainersOptions { all: true, filters: label_filter(label), ..Default::default() };
     docker.api().list_containers(Some(opts)).await.map(|l| l.len()).unwrap_or(1)
 }
 

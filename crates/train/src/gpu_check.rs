@@ -6,7 +6,6 @@
 //! everything it can.
 
 use std::collections::HashMap;
-use std::path::Path;
 use std::time::Instant;
 
 use candle_core::{DType, Device, Tensor, D};
@@ -207,19 +206,8 @@ fn lora_model(
     device: &Device,
     dtype: DType,
 ) -> Result<Qwen3, TrainError> {
-    let tensors = weights
-        .iter()
-        .map(|(k, t)| Ok((k.clone(), t.to_device(device).ctx("moving weights to the device")?)))
-        .collect::<Result<HashMap<_, _>, TrainError>>()?;
-    let model = Qwen3::from_tensors(
-        cfg.clone(),
-        tensors,
-        &TrainMode::Lora(perf::lora_settings(4)),
-        dtype,
-        device,
-        0,
-        Path::new("random"),
-    )?;
+    let target = PerfTarget { device: device.clone(), dtype };
+    let model = perf::model_on(cfg, weights, &TrainMode::Lora(perf::lora_settings(4)), &target)?;
     let mut rng = rand::rngs::StdRng::seed_from_u64(11);
     for (_, var) in model.trainable() {
         let shape = var.as_tensor().dims().to_vec();
@@ -442,19 +430,9 @@ pub fn decode_speed(
 ) -> Result<DecodeSpeed, TrainError> {
     let (cfg, _) = shape.config();
     let weights = perf::random_weights(&cfg, 3)?;
-    let tensors = weights
-        .into_iter()
-        .map(|(k, t)| Ok((k, t.to_device(&target.device).ctx("moving weights to the device")?)))
-        .collect::<Result<HashMap<_, _>, TrainError>>()?;
-    let model = Qwen3::from_tensors(
-        cfg.clone(),
-        tensors,
-        &TrainMode::Full,
-        target.dtype,
-        &target.device,
-        0,
-        Path::new("random"),
-    )?;
+    let model = perf::model_on(&cfg, &weights, &TrainMode::Full, target)?;
+    // The host copy is not needed once the model holds its own (GBs for the large shapes).
+    drop(weights);
     let mut rng = rand::rngs::StdRng::seed_from_u64(17);
     let prompt_len = 128;
     let mut caches: Vec<KvCache> = vec![KvCache::default(); batch];

@@ -156,6 +156,21 @@ pub fn random_weights(cfg: &Qwen3Config, seed: u64) -> Result<HashMap<String, Te
     Ok(tensors)
 }
 
+/// A model of shape `cfg` from `weights` (as [`random_weights`] makes them), on
+/// `target`'s device in its dtype.
+pub fn model_on(
+    cfg: &Qwen3Config,
+    weights: &HashMap<String, Tensor>,
+    mode: &TrainMode,
+    target: &PerfTarget,
+) -> Result<Qwen3, TrainError> {
+    let tensors = weights
+        .iter()
+        .map(|(k, t)| Ok((k.clone(), t.to_device(&target.device).ctx("moving weights to the device")?)))
+        .collect::<Result<HashMap<_, _>, TrainError>>()?;
+    Qwen3::from_tensors(cfg.clone(), tensors, mode, target.dtype, &target.device, 0, Path::new("random"))
+}
+
 /// The LoRA settings the benchmarks use: every projection, alpha = 2·rank.
 pub fn lora_settings(rank: usize) -> LoraSettings {
     LoraSettings {
@@ -244,19 +259,9 @@ pub fn measure(
     let params: u64 = tensors.values().map(|t| t.elem_count() as u64).sum();
     let vocab = cfg.vocab_size;
     let flops = flops_per_token(&cfg, seq, mode, false);
-    let tensors = tensors
-        .into_iter()
-        .map(|(k, t)| Ok((k, t.to_device(&device).ctx("moving weights to the device")?)))
-        .collect::<Result<HashMap<_, _>, TrainError>>()?;
-    let model = Qwen3::from_tensors(
-        cfg,
-        tensors,
-        &TrainMode::Lora(lora_settings(rank)),
-        target.dtype,
-        &device,
-        0,
-        Path::new("random"),
-    )?;
+    let model = model_on(&cfg, &tensors, &TrainMode::Lora(lora_settings(rank)), target)?;
+    // The host copy is not needed once the model holds its own (GBs for the large shapes).
+    drop(tensors);
     let trainable: u64 = model.trainable().iter().map(|(_, v)| v.as_tensor().elem_count() as u64).sum();
     let adam = AdamWSettings { lr: 1e-4, beta1: 0.9, beta2: 0.999, eps: 1e-8, weight_decay: 0.0 };
     let mut opt = AdamW::new(model.trainable(), adam)?;

@@ -8,6 +8,14 @@ pub const MAX_FILE_BYTES: usize = 32 * 1024;
 /// The most bytes of all files attached to one message.
 pub const MAX_TOTAL_BYTES: usize = 96 * 1024;
 
+/// How each attached file starts in the text sent (after the user's own words).
+pub const ATTACHMENT_START: &str = "\n\n<attached_file path=\"";
+
+/// The user's own words of a sent message, without the files attached after them.
+pub fn without_attachments(text: &str) -> &str {
+    text.find(ATTACHMENT_START).map_or(text, |i| &text[..i])
+}
+
 /// What a message's `@path` mentions add to it.
 #[derive(Debug, Default, PartialEq)]
 pub struct Attachments {
@@ -65,7 +73,7 @@ pub fn attach_mentions(text: &str, root: &Path) -> Attachments {
             String::new()
         };
         out.appendix.push_str(&format!(
-            "\n\n<attached_file path=\"{rel}\"{}>\n{}\n</attached_file>",
+            "{ATTACHMENT_START}{rel}\"{}>\n{}\n</attached_file>",
             if cut { " truncated=\"true\"" } else { "" },
             content.trim_end()
         ));

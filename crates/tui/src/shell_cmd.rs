@@ -24,11 +24,7 @@ pub fn strip_shell_notes(text: &str) -> &str {
             None => break,
         }
     }
-    // `@path` attachments follow the user's own words.
-    match s.find("\n\n<attached_file path=") {
-        Some(i) => &s[..i],
-        None => s,
-    }
+    super::attach::without_attachments(s)
 }
 
 impl App {

@@ -15,12 +15,9 @@ impl Session {
     /// Elides the oldest observations until the prompt fits the context window.
     pub(super) fn fit_context(&mut self) -> bool {
         let budget = self.cfg.limits.context_tokens.saturating_sub(u64::from(self.cfg.limits.max_reply_tokens));
-        let size = |msgs: &[ChatMessage], system: &str| -> u64 {
-            estimate_tokens(system) + msgs.iter().map(|m| estimate_tokens(&m.content) + 4).sum::<u64>()
-        };
         const ELIDED: &str = "[observation elided to fit the context window]";
         let mut i = 1;
-        while size(&self.messages, &self.cfg.system_prompt) > budget {
+        while self.prompt_estimate() > budget {
             // Never elide the first user message (the task) or the latest observation.
             while i + 1 < self.messages.len()
                 && (!matches!(self.messages[i].role, Role::User | Role::Tool) || self.messages[i].content == ELIDED)
@@ -28,7 +25,7 @@ impl Session {
                 i += 1;
             }
             if i + 1 >= self.messages.len() {
-                return self.shorten_messages(budget, &size);
+                return self.shorten_messages(budget);
             }
             self.messages[i].content = ELIDED.into();
         }
@@ -37,13 +34,13 @@ impl Session {
 
     /// When eliding observations was not enough: cuts the middle out of long messages,
     /// oldest first (the task and the latest message last), until the conversation fits.
-    fn shorten_messages(&mut self, budget: u64, size: &dyn Fn(&[ChatMessage], &str) -> u64) -> bool {
+    fn shorten_messages(&mut self, budget: u64) -> bool {
         const KEEP: usize = 2000;
         let n = self.messages.len();
         // Oldest first; the task (0) and the latest message (n - 1) go last.
         let order: Vec<usize> = (1..n.saturating_sub(1)).chain([0, n.saturating_sub(1)]).filter(|&i| i < n).collect();
         for i in order {
-            if size(&self.messages, &self.cfg.system_prompt) <= budget {
+            if self.prompt_estimate() <= budget {
                 return true;
             }
             let content = &self.messages[i].content;
@@ -62,7 +59,14 @@ impl Session {
             self.messages[i].content =
                 format!("{}\n[… {cut} bytes cut to fit the context window …]\n{}", &content[..head], &content[tail..]);
         }
-        size(&self.messages, &self.cfg.system_prompt) <= budget
+        self.prompt_estimate() <= budget
+    }
+
+    /// The estimated tokens of the next prompt: the system prompt and every message,
+    /// with a few tokens of chat-template framing each.
+    fn prompt_estimate(&self) -> u64 {
+        estimate_tokens(&self.cfg.system_prompt)
+            + self.messages.iter().map(|m| estimate_tokens(&m.content) + 4).sum::<u64>()
     }
 
     pub(super) async fn compact(&mut self) {
