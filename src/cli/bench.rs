@@ -52,6 +52,10 @@ pub struct BenchArgs {
     /// Hand containers nothing from the host (no /etc/hosts entries, no CA bundle).
     #[arg(long)]
     pub no_host_env: bool,
+    /// Grant the Linux capabilities a task's compose file asks for (`cap_add`); without
+    /// this flag such a task's trials fail before anything starts.
+    #[arg(long)]
+    pub allow_cap_add: bool,
     /// Multiply every task's agent and test timeouts (slow or loaded machines).
     #[arg(long, default_value_t = 1.0, value_parser = positive_f64)]
     pub timeout_multiplier: f64,
@@ -98,6 +102,7 @@ pub async fn run(args: BenchArgs, mut config: Config) -> anyhow::Result<u8> {
         },
         progress: !args.quiet,
         timeout_multiplier: args.timeout_multiplier,
+        allow_cap_add: args.allow_cap_add,
     };
     let plan = agent_bench::plan(&opts)?;
     let docker = agent_sandbox::connect().await?;
@@ -129,15 +134,16 @@ pub async fn run(args: BenchArgs, mut config: Config) -> anyhow::Result<u8> {
     Ok(0)
 }
 
-/// Removes the containers and networks of runs whose process is gone (a killed run
-/// leaves them; its own `--resume` would too, but another run may never come).
+/// Removes the containers, networks and volumes of runs whose process is gone (a
+/// killed run leaves them; its own `--resume` would too, but another run may never come).
 pub async fn sweep_orphans(docker: &agent_sandbox::Engine) {
     if let Ok(removed) = agent_sandbox::prune(docker, agent_sandbox::PruneScope::Orphaned).await {
         let networks = removed.iter().filter(|r| r.starts_with("network ")).count();
+        let volumes = removed.iter().filter(|r| r.starts_with("volume ")).count();
         if !removed.is_empty() {
             eprintln!(
-                "● removed {} container(s) and {networks} network(s) left by runs that were killed",
-                removed.len() - networks
+                "● removed {} container(s), {networks} network(s) and {volumes} volume(s) left by runs that were killed",
+                removed.len() - networks - volumes
             );
         }
     }

@@ -96,7 +96,10 @@ pub async fn run(args: RunArgs, mut config: Config) -> anyhow::Result<u8> {
     config.tool_format.resolve(&model.name(), model.native_tools()).map_err(|e| anyhow::anyhow!(e))?;
     if let Ok(removed) = agent_sandbox::prune(&engine, agent_sandbox::PruneScope::Orphaned).await {
         if !removed.is_empty() {
-            printer.notice(&format!("removed {} container(s) and network(s) left by crashed runs", removed.len()));
+            printer.notice(&format!(
+                "removed {} container(s), network(s) and volume(s) left by crashed runs",
+                removed.len()
+            ));
         }
     }
 
@@ -223,6 +226,7 @@ async fn start_task_env(
     let built =
         images.get(task).await.map_err(|e| anyhow::anyhow!("the task {} could not be built: {e}", task.name))?;
     notices.extend(built.notices.iter().cloned());
+    notices.extend(task.notices.iter().cloned());
     let mut settings = EnvSettings::from_config(config, run_id, host.extra_hosts.clone());
     settings.network = network;
     TrialEnv::start(engine, task, &built, &settings, episode_id)

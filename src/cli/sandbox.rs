@@ -17,9 +17,10 @@ pub enum SandboxCommand {
         /// Rebuild even when the image exists.
         #[arg(long)]
         force: bool,
-        /// Image tag.
-        #[arg(long, default_value = agent_sandbox::BASE_IMAGE)]
-        tag: String,
+        /// Image tag (default `agent-base:SUITE`: `agent-base:bookworm` is the sandbox's
+        /// default image, `agent-base:trixie` the Python 3.13 stand-ins' base).
+        #[arg(long)]
+        tag: Option<String>,
         /// Debian mirror.
         #[arg(long, default_value = "http://deb.debian.org/debian")]
         mirror: String,
@@ -27,6 +28,9 @@ pub enum SandboxCommand {
         #[arg(long, default_value = "bookworm")]
         suite: String,
     },
+    /// Build the local stand-ins for Terminal-Bench's base images (Python 3.13 on
+    /// bookworm, Ubuntu 24.04 as trixie) when missing; bench builds them on first use.
+    Standins,
     /// Remove containers left behind by crashed runs.
     Prune {
         /// Remove every agent container, including those of runs still going.
@@ -49,8 +53,17 @@ pub async fn run(cmd: SandboxCommand, _config: Config) -> anyhow::Result<u8> {
     let docker = agent_sandbox::connect().await?;
     match cmd {
         SandboxCommand::Base { force, tag, mirror, suite } => {
+            let tag = tag.unwrap_or_else(|| format!("agent-base:{suite}"));
             let opts = BaseImageOptions { tag, suite, mirror, force };
             agent_sandbox::build_base_image(&docker, &opts, &mut |line| eprintln!("● {line}")).await?;
+            Ok(0)
+        }
+        SandboxCommand::Standins => {
+            let host = agent_bench::HostEnv::from_host(std::path::Path::new("/etc/hosts"), None)?;
+            let built = agent_sandbox::build_standins(&docker, &host.build_env(), &mut |l| eprintln!("● {l}")).await?;
+            if !built.is_empty() {
+                eprintln!("● built {}", built.join(", "));
+            }
             Ok(0)
         }
         SandboxCommand::Prune { all } => {

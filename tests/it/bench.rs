@@ -14,7 +14,7 @@ use crate::support;
 static SLOW_OK: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 /// Runs `agent bench ARGS` into `out`; returns (exit status, stdout+stderr, results.json).
-fn bench(out: &Path, run_id: &str, args: &[&str], tasks: &[&Path]) -> (i32, String, Value) {
+pub(crate) fn bench(out: &Path, run_id: &str, args: &[&str], tasks: &[&Path]) -> (i32, String, Value) {
     let mut cmd = Command::new(support::agent_bin());
     cmd.args(["bench", "--quiet", "--run-id", run_id, "--output"]).arg(out).args(args);
     for t in tasks {
@@ -28,19 +28,19 @@ fn bench(out: &Path, run_id: &str, args: &[&str], tasks: &[&Path]) -> (i32, Stri
     (o.status.code().unwrap_or(-1), text, results)
 }
 
-fn trial<'a>(results: &'a Value, task: &str, attempt: u64) -> &'a Value {
+pub(crate) fn trial<'a>(results: &'a Value, task: &str, attempt: u64) -> &'a Value {
     results["trials"]
         .as_array()
         .and_then(|t| t.iter().find(|t| t["task"] == task && t["attempt"] == attempt))
         .unwrap_or_else(|| panic!("no trial {task}#{attempt} in {results}"))
 }
 
-fn assert_nothing_left(run_id: &str) {
+pub(crate) fn assert_nothing_left(run_id: &str) {
     assert_eq!(support::containers_of_run(run_id), Vec::<String>::new(), "containers left by {run_id}");
     assert_eq!(support::networks_of_run(run_id), Vec::<String>::new(), "networks left by {run_id}");
 }
 
-fn run_id(tag: &str) -> String {
+pub(crate) fn run_id(tag: &str) -> String {
     format!("it-{tag}-{}", &uuid::Uuid::new_v4().simple().to_string()[..6])
 }
 

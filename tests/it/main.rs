@@ -6,6 +6,8 @@
 mod support;
 
 mod bench;
+mod bench_build;
+mod bench_compose;
 mod cli_errors;
 mod cli_run;
 mod episode_loop;

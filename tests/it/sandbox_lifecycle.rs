@@ -128,8 +128,8 @@ async fn service_containers_are_hardened_like_the_agents_and_reachable_by_alias(
         String::from_utf8_lossy(&out.stderr)
     );
 
-    let (containers, networks) = agent_sandbox::remove_run_settled(&engine, &run_id).await;
-    assert_eq!((containers, networks), (2, 1));
+    let removed = agent_sandbox::remove_run_settled(&engine, &run_id).await;
+    assert_eq!((removed.containers, removed.networks, removed.volumes), (2, 1, 0));
     assert!(support::containers_named(service.name()).is_empty());
     assert_eq!(support::networks_of_run(&run_id), Vec::<String>::new());
 }

@@ -1,6 +1,7 @@
 //! The agents a trial can run: ours (through the same `Op`/`Event` session as every
 //! front end), the oracle (the task's reference solution) and nop (does nothing).
 
+use std::collections::BTreeMap;
 use std::io::Write;
 use std::path::Path;
 use std::sync::Arc;
@@ -16,7 +17,7 @@ use agent_core::config::Config;
 use agent_core::episode::{build_episode, ContainerSource, EpisodeRequest};
 use agent_core::llm::{resolve_model, ModelBackend, ModelSpec, ResolveOptions};
 use agent_protocol::{EndReason, Event, Op, TokenUsage};
-use agent_sandbox::{Sandbox, Shell};
+use agent_sandbox::{shell_quote, Sandbox, Shell};
 
 /// Which agent runs the trials.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, Serialize, Deserialize)]
@@ -55,7 +56,9 @@ pub struct AgentOutcome {
     pub ended: String,
 }
 
-/// Runs the agent on a started environment; logs go into `trial_dir`.
+/// Runs the agent on a started environment; logs go into `trial_dir`. When the task's
+/// tests run in the agent's shell session (`run_tests_in_same_shell`), that session is
+/// handed back as the agent left it.
 pub async fn run_agent(
     kind: AgentKind,
     model: Option<&ModelSource>,
@@ -64,40 +67,70 @@ pub async fn run_agent(
     sandbox: &Sandbox,
     trial_dir: &Path,
     ids: (&str, &str),
-) -> AgentOutcome {
+) -> (AgentOutcome, Option<Shell>) {
     let started = Instant::now();
-    let mut out = match kind {
-        AgentKind::Nop => AgentOutcome { ended: "nop: did nothing".into(), ..Default::default() },
+    let (mut out, shell) = match kind {
+        AgentKind::Nop => (AgentOutcome { ended: "nop: did nothing".into(), ..Default::default() }, None),
         AgentKind::Oracle => oracle(task, sandbox, trial_dir).await,
         AgentKind::Agent => match model {
             Some(m) => ours(m, config, task, sandbox, trial_dir, ids).await,
-            None => failed(FailureMode::AgentError, "no model given for --agent agent".into()),
+            None => (failed(FailureMode::AgentError, "no model given for --agent agent".into()), None),
         },
     };
     out.duration = started.elapsed();
-    out
+    (out, shell.filter(|_| task.run_tests_in_same_shell))
 }
 
 fn failed(mode: FailureMode, reason: String) -> AgentOutcome {
     AgentOutcome { failure: Some((mode, reason.clone())), ended: reason, ..Default::default() }
 }
 
-async fn oracle(task: &BenchTask, sandbox: &Sandbox, trial_dir: &Path) -> AgentOutcome {
+/// Where the oracle copies a solution script.
+const SOLUTION_PATH: &str = "/oracle/solution.sh";
+
+/// A command that runs the solution script as `bash SCRIPT` does, with the task's
+/// solution variables. When the tests share the shell, the script's exported variables
+/// and final directory are carried back into the session: a child bash records them on
+/// exit (also on `exit` or a `set -e` failure), and the session takes them over, so the
+/// script's own `exit` or shell options never end or change the session itself.
+fn solution_command(script: &str, env: &BTreeMap<String, String>, share_shell: bool) -> String {
+    let vars = super::verify::env_prefix(env);
+    if !share_shell {
+        return format!("{vars}bash {script}");
+    }
+    let child =
+        r#"__s=$1; shift; trap 'export -n SHLVL OLDPWD PWD; export -p > "$__s/env"; pwd > "$__s/cwd"' EXIT; . "$0""#;
+    format!(
+        "__oracle_s=$(mktemp -d)\n{vars}bash -c {} {script} \"$__oracle_s\"\n__oracle_rc=$?\n\
+         [ -f \"$__oracle_s/env\" ] && . \"$__oracle_s/env\" 2>/dev/null\n\
+         [ -f \"$__oracle_s/cwd\" ] && cd -- \"$(cat \"$__oracle_s/cwd\")\"\n\
+         rm -rf \"$__oracle_s\"; unset __oracle_s\n(exit $__oracle_rc)",
+        shell_quote(child)
+    )
+}
+
+async fn oracle(task: &BenchTask, sandbox: &Sandbox, trial_dir: &Path) -> (AgentOutcome, Option<Shell>) {
     let mut log = match std::fs::File::create(trial_dir.join("agent.log")) {
         Ok(f) => f,
-        Err(e) => return failed(FailureMode::AgentError, format!("cannot write agent.log: {e}")),
+        Err(e) => return (failed(FailureMode::AgentError, format!("cannot write agent.log: {e}")), None),
     };
-    let commands: Vec<(String, Duration)> = match &task.solution {
-        Solution::Missing => return failed(FailureMode::AgentError, "the task has no reference solution".into()),
+    // (command, what the log shows, wait after it)
+    let commands: Vec<(String, String, Duration)> = match &task.solution {
+        Solution::Missing => {
+            return (failed(FailureMode::AgentError, "the task has no reference solution".into()), None)
+        }
         Solution::Script(path) => {
             let bytes = match std::fs::read(path) {
                 Ok(b) => b,
-                Err(e) => return failed(FailureMode::AgentError, format!("{}: cannot read: {e}", path.display())),
+                Err(e) => {
+                    return (failed(FailureMode::AgentError, format!("{}: cannot read: {e}", path.display())), None)
+                }
             };
-            if let Err(e) = sandbox.write_file("/oracle/solution.sh", &bytes, None).await {
-                return failed(FailureMode::AgentError, format!("cannot copy the solution in: {e}"));
+            if let Err(e) = sandbox.write_file(SOLUTION_PATH, &bytes, None).await {
+                return (failed(FailureMode::AgentError, format!("cannot copy the solution in: {e}")), None);
             }
-            vec![("bash /oracle/solution.sh".to_string(), Duration::ZERO)]
+            let cmd = solution_command(SOLUTION_PATH, &task.env.solution, task.run_tests_in_same_shell);
+            vec![(cmd, format!("bash {SOLUTION_PATH}"), Duration::ZERO)]
         }
         Solution::Keystrokes(steps) => {
             let waits: Vec<Duration> = steps
@@ -108,22 +141,23 @@ async fn oracle(task: &BenchTask, sandbox: &Sandbox, trial_dir: &Path) -> AgentO
             Solution::keystroke_commands(steps)
                 .into_iter()
                 .zip(waits.into_iter().chain(std::iter::repeat(Duration::ZERO)))
+                .map(|(cmd, wait)| (cmd.clone(), cmd, wait))
                 .collect()
         }
     };
     let mut shell = match Shell::start(sandbox, 256 * 1024).await {
         Ok(s) => s,
-        Err(e) => return failed(FailureMode::AgentError, e.to_string()),
+        Err(e) => return (failed(FailureMode::AgentError, e.to_string()), None),
     };
     let deadline = Instant::now() + task.agent_timeout;
     let cancel = CancellationToken::new();
     let mut last_code = None;
-    for (cmd, wait) in commands {
+    for (cmd, shown, wait) in commands {
         let left = deadline.saturating_duration_since(Instant::now());
-        let _ = writeln!(log, "$ {cmd}");
+        let _ = writeln!(log, "$ {shown}");
         let result = match shell.run(&cmd, left, &cancel, &mut |_| {}).await {
             Ok(r) => r,
-            Err(e) => return failed(FailureMode::AgentError, format!("the solution's shell failed: {e}")),
+            Err(e) => return (failed(FailureMode::AgentError, format!("the solution's shell failed: {e}")), None),
         };
         let _ = writeln!(
             log,
@@ -133,17 +167,16 @@ async fn oracle(task: &BenchTask, sandbox: &Sandbox, trial_dir: &Path) -> AgentO
             result.duration.as_secs_f64()
         );
         if result.timed_out {
-            return failed(
-                FailureMode::AgentTimeout,
-                format!("the reference solution ran past the agent timeout of {} s", task.agent_timeout.as_secs()),
-            );
+            let why =
+                format!("the reference solution ran past the agent timeout of {} s", task.agent_timeout.as_secs());
+            return (failed(FailureMode::AgentTimeout, why), Some(shell));
         }
         last_code = result.exit_code;
         if !wait.is_zero() {
             tokio::time::sleep(wait.min(deadline.saturating_duration_since(Instant::now()))).await;
         }
     }
-    AgentOutcome { ended: format!("solution exited with {last_code:?}"), ..Default::default() }
+    (AgentOutcome { ended: format!("solution exited with {last_code:?}"), ..Default::default() }, Some(shell))
 }
 
 async fn ours(
@@ -153,12 +186,12 @@ async fn ours(
     sandbox: &Sandbox,
     trial_dir: &Path,
     (run_id, episode_id): (&str, &str),
-) -> AgentOutcome {
+) -> (AgentOutcome, Option<Shell>) {
     let model = match model {
         ModelSource::Shared(m) => m.clone(),
         ModelSource::PerTrial(spec, opts) => match resolve_model(spec, opts).await {
             Ok(m) => m,
-            Err(e) => return failed(FailureMode::AgentError, format!("the model could not be loaded: {e}")),
+            Err(e) => return (failed(FailureMode::AgentError, format!("the model could not be loaded: {e}")), None),
         },
     };
     let mut request = EpisodeRequest::headless(config, ContainerSource::Started(sandbox.clone()), run_id, episode_id);
@@ -166,7 +199,7 @@ async fn ours(
     request.trajectory = Some(trial_dir.join("trajectory.jsonl"));
     let episode = match build_episode(sandbox.engine(), config, model.as_ref(), request, &mut |_| {}).await {
         Ok(e) => e,
-        Err(e) => return failed(FailureMode::AgentError, e.to_string()),
+        Err(e) => return (failed(FailureMode::AgentError, e.to_string()), None),
     };
     let tool_format = episode.session.tool_format;
     let mut events_log = std::fs::File::create(trial_dir.join("events.jsonl")).ok();
@@ -205,8 +238,14 @@ async fn ours(
             }
         }
     }
-    // The trial owns the container: finishing only waits for the session.
-    running.finish(Duration::from_secs(10)).await;
+    // The trial owns the container: finishing only waits for the session, and keeps its
+    // shell when the tests are to run in it.
+    let shell = if task.run_tests_in_same_shell {
+        running.finish_keeping_shell(Duration::from_secs(10)).await.1
+    } else {
+        running.finish(Duration::from_secs(10)).await;
+        None
+    };
     if let Ok(jsonl) = std::fs::read_to_string(trial_dir.join("trajectory.jsonl")) {
         let atif = super::atif::to_atif(&jsonl);
         if let Ok(text) = serde_json::to_vec_pretty(&atif) {
@@ -214,9 +253,12 @@ async fn ours(
         }
     }
     let Some((reason, turns, usage)) = end else {
-        return failed(
-            FailureMode::AgentError,
-            last_error.unwrap_or_else(|| "the session ended without an end event".into()),
+        return (
+            failed(
+                FailureMode::AgentError,
+                last_error.unwrap_or_else(|| "the session ended without an end event".into()),
+            ),
+            shell,
         );
     };
     let failure = match reason {
@@ -234,7 +276,7 @@ async fn ours(
         )),
         _ => None,
     };
-    AgentOutcome {
+    let outcome = AgentOutcome {
         failure,
         duration: Duration::ZERO,
         usage,
@@ -242,5 +284,40 @@ async fn ours(
         parse_error_turns: u32::try_from(parse_error_turns.len()).unwrap_or(u32::MAX),
         tool_format: tool_format.to_string(),
         ended: reason.describe().to_string(),
+    };
+    (outcome, shell)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_plain_solution_runs_as_a_script_with_its_variables() {
+        let env = BTreeMap::from([("HINT".to_string(), "a b".to_string())]);
+        assert_eq!(solution_command("/oracle/solution.sh", &env, false), "HINT='a b' bash /oracle/solution.sh");
+    }
+
+    /// The shared-session form, run by a local bash as the session's `eval` would run it:
+    /// the script's exports and directory reach the session, its `set -e` and `exit` do
+    /// not end it, and its exit status is kept.
+    #[test]
+    fn a_shared_solution_leaves_its_exports_and_directory_in_the_session() {
+        let dir = tempfile::tempdir().unwrap();
+        let script = dir.path().join("solution.sh");
+        std::fs::write(&script, "set -e\nexport ANSWER=\"forty two\"\nNOT_EXPORTED=1\ncd /tmp\nexit 3\n").unwrap();
+        let env = BTreeMap::from([("HINT".to_string(), "x".to_string())]);
+        let cmd = solution_command(&script.display().to_string(), &env, true);
+        let session = format!(
+            "eval {}\necho \"rc=$? answer=$ANSWER other=${{NOT_EXPORTED:-unset}} pwd=$PWD e=${{-//[^e]/}}\"\nfalse\necho alive",
+            shell_quote(&cmd)
+        );
+        let Ok(out) = std::process::Command::new("bash").args(["--noprofile", "--norc", "-c", &session]).output()
+        else {
+            return;
+        };
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(text.contains("rc=3 answer=forty two other=unset pwd=/tmp e=\n"), "{text}");
+        assert!(text.contains("alive"), "{text}");
     }
 }

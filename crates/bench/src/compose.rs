@@ -1,7 +1,15 @@
 //! The part of a task's `docker-compose.yaml` a trial needs: services, their builds,
-//! commands, environment, health checks and start order, in Terminal-Bench 1's dialect
-//! (the agent works in `client`, `T_BENCH_*` variables) and Harbor's, which Terminal-Bench
-//! 2 tasks are written in (the agent works in `main`; `CONTEXT_DIR`, `TEST_DIR`, …).
+//! commands, environment, mounts, ports, privileges, health checks and start order, in
+//! Terminal-Bench 1's dialect (the agent works in `client`, `T_BENCH_*` variables) and
+//! Harbor's, which Terminal-Bench 2 tasks are written in (the agent works in `main`;
+//! `CONTEXT_DIR`, `TEST_DIR`, …). What the harness does not do is named in a notice,
+//! never dropped silently; what a task must not do (privileged containers, host paths
+//! outside its folder) is refused.
+
+mod envfile;
+mod mounts;
+mod ports;
+mod service;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -10,6 +18,9 @@ use std::time::Duration;
 use serde_yaml::Value;
 
 use super::error::TaskError;
+pub use agent_sandbox::{Mount, PublishedPort};
+pub(crate) use envfile::merge_env;
+use service::{parse_service, Found};
 
 /// The service the agent works in (Terminal-Bench 1's convention).
 pub const CLIENT: &str = "client";
@@ -65,12 +76,56 @@ pub struct Service {
     pub image: ImageSource,
     /// Command replacing the image's (not used for the client, which runs our init).
     pub command: Option<Vec<String>>,
-    /// `KEY=VALUE` pairs, Terminal-Bench variables substituted.
+    /// Entrypoint replacing the image's (sidecars only: the agent's service runs the
+    /// sandbox's init).
+    pub entrypoint: Option<Vec<String>>,
+    /// `KEY=VALUE` pairs: the `env_file` entries, overridden by `environment`, with the
+    /// harness's variables substituted.
     pub environment: Vec<String>,
     pub working_dir: Option<String>,
     pub healthcheck: Option<HealthCheck>,
     /// Services that must be up (and healthy, when they have a check) first.
     pub depends_on: Vec<String>,
+    /// Mounts; a named volume is named as in the file (each trial creates its own).
+    pub mounts: Vec<Mount>,
+    /// Ports published on the host's loopback address.
+    pub ports: Vec<PublishedPort>,
+    pub user: Option<String>,
+    /// Capabilities asked for; granted only when the run allows it (`--allow-cap-add`).
+    pub cap_add: Vec<String>,
+    pub cap_drop: Vec<String>,
+    /// `/dev/shm` size in bytes.
+    pub shm_size: Option<i64>,
+    /// The engine's init as PID 1 (sidecars only).
+    pub init: bool,
+    pub hostname: Option<String>,
+    /// Extra `/etc/hosts` entries (`name:ip`).
+    pub extra_hosts: Vec<String>,
+}
+
+impl Service {
+    /// A service of `image` with nothing else set.
+    pub fn new(name: impl Into<String>, image: ImageSource) -> Service {
+        Service {
+            name: name.into(),
+            image,
+            command: None,
+            entrypoint: None,
+            environment: Vec::new(),
+            working_dir: None,
+            healthcheck: None,
+            depends_on: Vec::new(),
+            mounts: Vec::new(),
+            ports: Vec::new(),
+            user: None,
+            cap_add: Vec::new(),
+            cap_drop: Vec::new(),
+            shm_size: None,
+            init: false,
+            hostname: None,
+            extra_hosts: Vec::new(),
+        }
+    }
 }
 
 /// A parsed compose file.
@@ -81,7 +136,24 @@ pub struct Compose {
     pub services: Vec<Service>,
     /// The agent's service (`client` or `main`); also its name on the task's network.
     pub agent_service: String,
+    /// Named volumes declared at the top level; each trial creates its own.
+    pub volumes: Vec<String>,
+    /// What the file asks for that the harness does not do, one line each.
+    pub notices: Vec<String>,
 }
+
+/// Where a compose file's relative paths lead.
+#[derive(Debug, Clone, Copy)]
+pub struct ComposePaths<'a> {
+    /// Build contexts, bind-mount sources and env files are relative to this folder.
+    pub dir: &'a Path,
+    /// The task's folder: no host path outside it is mounted or read.
+    pub root: &'a Path,
+}
+
+/// Top-level keys a trial honours or that are the harness's business (one network per
+/// trial, its own names).
+const TOP_LEVEL_KEYS: [&str; 5] = ["services", "volumes", "networks", "version", "name"];
 
 impl Compose {
     /// The agent's service.
@@ -94,16 +166,16 @@ impl Compose {
         self.services.iter().filter(|s| s.name != self.agent_service)
     }
 
-    /// Parses `path`; `dir` is the directory build contexts are relative to.
-    pub fn load(path: &Path, dir: &Path, dialect: Dialect) -> Result<Compose, TaskError> {
+    /// Parses `path`.
+    pub fn load(path: &Path, paths: ComposePaths, dialect: Dialect) -> Result<Compose, TaskError> {
         let shown = path.display().to_string();
         let text = std::fs::read_to_string(path)
             .map_err(|e| TaskError::Invalid { path: shown.clone(), reason: format!("cannot read: {e}") })?;
-        Self::parse(&text, &shown, dir, dialect)
+        Self::parse(&text, &shown, paths, dialect)
     }
 
     /// Parses compose text; `shown` names the file in errors.
-    pub fn parse(text: &str, shown: &str, dir: &Path, dialect: Dialect) -> Result<Compose, TaskError> {
+    pub fn parse(text: &str, shown: &str, paths: ComposePaths, dialect: Dialect) -> Result<Compose, TaskError> {
         let doc: Value = serde_yaml::from_str(text).map_err(|e| TaskError::Invalid {
             path: shown.to_string(),
             reason: match e.location() {
@@ -120,17 +192,32 @@ impl Compose {
             .get("services")
             .and_then(Value::as_mapping)
             .ok_or_else(|| TaskError::MissingField { path: shown.to_string(), field: "services".into() })?;
+        let mut found = Found::default();
+        for key in doc.as_mapping().into_iter().flat_map(|m| m.keys()).filter_map(Value::as_str) {
+            if !TOP_LEVEL_KEYS.contains(&key) && !key.starts_with("x-") {
+                found.ignored.push(key.to_string());
+            }
+        }
+        let volumes = declared_volumes(doc.get("volumes"), &mut found, &|f, r| bad(f.to_string(), r))?;
+        let agent = dialect.agent_service();
+        let ctx = service::Ctx { paths, dialect, volumes: &volumes };
         let mut parsed = Vec::new();
         for (name, body) in services {
             let name = name.as_str().ok_or_else(|| bad("services".into(), "a service name is not a string"))?;
-            parsed.push(parse_service(name, body, dir, dialect, &|f, r| bad(format!("services.{name}.{f}"), r))?);
+            let bad_field = |f: &str, r: &str| bad(format!("services.{name}.{f}"), r);
+            parsed.push(parse_service(name, body, &ctx, name == agent, &mut found, &bad_field)?);
         }
-        let agent = dialect.agent_service();
         if !parsed.iter().any(|s| s.name == agent) {
             return Err(TaskError::MissingField { path: shown.to_string(), field: format!("services.{agent}") });
         }
         let services = start_order(parsed, &|r| bad("depends_on".into(), r))?;
-        Ok(Compose { path: PathBuf::from(shown), services, agent_service: agent.to_string() })
+        Ok(Compose {
+            path: PathBuf::from(shown),
+            services,
+            agent_service: agent.to_string(),
+            volumes,
+            notices: found.into_notices(),
+        })
     }
 }
 
@@ -139,78 +226,37 @@ type Bad<'a> = &'a dyn Fn(&str, &str) -> TaskError;
 /// The error for one field, already chosen, with the reason given.
 type BadReason<'a> = &'a dyn Fn(&str) -> TaskError;
 
-fn parse_service(name: &str, body: &Value, dir: &Path, dialect: Dialect, bad: Bad) -> Result<Service, TaskError> {
-    let sub = |s: &str| substitute(s, dialect);
-    let image = match body.get("build") {
-        Some(Value::String(ctx)) => {
-            let context = dir.join(sub(ctx));
-            ImageSource::Build { dockerfile: context.join("Dockerfile"), context }
+/// The names of the top-level `volumes`. An external volume is a host resource a task
+/// may not touch; driver settings are not honoured (every trial gets a local volume).
+fn declared_volumes(v: Option<&Value>, found: &mut Found, bad: Bad) -> Result<Vec<String>, TaskError> {
+    let map = match v {
+        None | Some(Value::Null) => return Ok(Vec::new()),
+        Some(Value::Mapping(m)) => m,
+        Some(_) => return Err(bad("volumes", "expected a mapping of volume names")),
+    };
+    let mut names = Vec::new();
+    for (name, body) in map {
+        let name = name.as_str().ok_or_else(|| bad("volumes", "a volume name is not a string"))?;
+        if let Some(body) = body.as_mapping() {
+            for key in body.keys().filter_map(Value::as_str) {
+                match key {
+                    "external" if body.get(key).and_then(Value::as_bool) != Some(false) => {
+                        return Err(bad(
+                            &format!("volumes.{name}.external"),
+                            "an external volume belongs to the host; a task gets fresh volumes in every trial",
+                        ))
+                    }
+                    "external" | "name" | "labels" => {}
+                    k if k.starts_with("x-") => {}
+                    k => found.ignored.push(format!("volumes.{name}.{k}")),
+                }
+            }
+        } else if !body.is_null() {
+            return Err(bad(&format!("volumes.{name}"), "expected a mapping or nothing"));
         }
-        Some(b @ Value::Mapping(_)) => {
-            let context = dir.join(sub(b.get("context").and_then(Value::as_str).unwrap_or(".")));
-            let file = sub(b.get("dockerfile").and_then(Value::as_str).unwrap_or("Dockerfile"));
-            ImageSource::Build { dockerfile: context.join(file), context }
-        }
-        Some(_) => return Err(bad("build", "expected a path or a mapping with `context` and `dockerfile`")),
-        None => match body.get("image").and_then(Value::as_str) {
-            Some(img) if !img.contains("${") => ImageSource::Named(img.to_string()),
-            _ => return Err(bad("build", "a service needs `build` or a literal `image`")),
-        },
-    };
-    let command = match body.get("command") {
-        None | Some(Value::Null) => None,
-        Some(Value::String(s)) => Some(vec!["sh".to_string(), "-c".into(), s.clone()]),
-        Some(Value::Sequence(items)) => Some(strings(items).ok_or_else(|| bad("command", "expected strings"))?),
-        Some(_) => return Err(bad("command", "expected a string or a list")),
-    };
-    let environment = match body.get("environment") {
-        None | Some(Value::Null) => Vec::new(),
-        Some(Value::Sequence(items)) => strings(items).ok_or_else(|| bad("environment", "expected strings"))?,
-        Some(Value::Mapping(m)) => m
-            .iter()
-            .map(|(k, v)| {
-                let v = match v {
-                    Value::String(s) => s.clone(),
-                    Value::Null => String::new(),
-                    other => serde_yaml::to_string(other).unwrap_or_default().trim().to_string(),
-                };
-                format!("{}={v}", k.as_str().unwrap_or_default())
-            })
-            .collect(),
-        Some(_) => return Err(bad("environment", "expected a list or a mapping")),
-    };
-    let environment = environment.iter().map(|e| sub(e)).collect();
-    let healthcheck = match body.get("healthcheck") {
-        None => None,
-        Some(h) => parse_healthcheck(h, &|r| bad("healthcheck", r))?,
-    };
-    let depends_on = match body.get("depends_on") {
-        None => Vec::new(),
-        Some(Value::Sequence(items)) => strings(items).ok_or_else(|| bad("depends_on", "expected names"))?,
-        Some(Value::Mapping(m)) => m.keys().filter_map(|k| k.as_str().map(str::to_string)).collect(),
-        Some(_) => return Err(bad("depends_on", "expected a list or a mapping")),
-    };
-    Ok(Service {
-        name: name.to_string(),
-        image,
-        command,
-        environment,
-        working_dir: body.get("working_dir").and_then(Value::as_str).map(str::to_string),
-        healthcheck,
-        depends_on,
-    })
-}
-
-fn strings(items: &[Value]) -> Option<Vec<String>> {
-    items
-        .iter()
-        .map(|v| match v {
-            Value::String(s) => Some(s.clone()),
-            Value::Number(n) => Some(n.to_string()),
-            Value::Bool(b) => Some(b.to_string()),
-            _ => None,
-        })
-        .collect()
+        names.push(name.to_string());
+    }
+    Ok(names)
 }
 
 /// Replaces the harness's variables a container needs; others become empty. Harbor's
@@ -241,53 +287,6 @@ fn substitute(s: &str, dialect: Dialect) -> String {
     out
 }
 
-fn parse_duration(v: Option<&Value>, default: Duration, bad: BadReason) -> Result<Duration, TaskError> {
-    let Some(v) = v else { return Ok(default) };
-    if let Some(n) = v.as_f64() {
-        return Ok(Duration::from_secs_f64(n.max(0.0)));
-    }
-    let s = v.as_str().ok_or_else(|| bad("a duration must be like `10s`"))?.trim();
-    let (num, unit) = s.split_at(s.find(|c: char| c.is_ascii_alphabetic()).unwrap_or(s.len()));
-    let n: f64 = num.trim().parse().map_err(|_| bad(&format!("`{s}` is not a duration like `10s`")))?;
-    let secs = match unit {
-        "ms" => n / 1000.0,
-        "s" | "" => n,
-        "m" => n * 60.0,
-        "h" => n * 3600.0,
-        _ => return Err(bad(&format!("`{s}`: unknown unit (use ms, s, m or h)"))),
-    };
-    Ok(Duration::from_secs_f64(secs.max(0.0)))
-}
-
-fn parse_healthcheck(h: &Value, bad: BadReason) -> Result<Option<HealthCheck>, TaskError> {
-    if h.get("disable").and_then(Value::as_bool) == Some(true) {
-        return Ok(None);
-    }
-    let argv = match h.get("test") {
-        Some(Value::String(s)) => vec!["sh".to_string(), "-c".into(), s.clone()],
-        Some(Value::Sequence(items)) => {
-            let v = strings(items).ok_or_else(|| bad("`test` must hold strings"))?;
-            match v.first().map(String::as_str) {
-                Some("NONE") => return Ok(None),
-                Some("CMD") => v[1..].to_vec(),
-                Some("CMD-SHELL") => vec!["sh".into(), "-c".into(), v[1..].join(" ")],
-                _ => v,
-            }
-        }
-        _ => return Err(bad("`test` is missing")),
-    };
-    if argv.is_empty() {
-        return Err(bad("`test` names no command"));
-    }
-    let interval = parse_duration(h.get("interval"), Duration::from_secs(30), bad)?;
-    let timeout = parse_duration(h.get("timeout"), Duration::from_secs(30), bad)?;
-    let start = parse_duration(h.get("start_period"), Duration::ZERO, bad)?;
-    let retries = h.get("retries").and_then(Value::as_u64).unwrap_or(3).max(1) as u32;
-    // The harness polls more often than Docker would, so it grants at least a minute.
-    let deadline = (start + (interval + timeout) * retries).max(Duration::from_secs(60));
-    Ok(Some(HealthCheck { argv, deadline }))
-}
-
 /// Orders services so that dependencies start first; rejects unknown names and cycles.
 fn start_order(services: Vec<Service>, bad: BadReason) -> Result<Vec<Service>, TaskError> {
     let names: Vec<String> = services.iter().map(|s| s.name.clone()).collect();
@@ -315,6 +314,11 @@ fn start_order(services: Vec<Service>, bad: BadReason) -> Result<Vec<Service>, T
 mod tests {
     use super::*;
 
+    fn parse(text: &str, dialect: Dialect) -> Result<Compose, TaskError> {
+        let root = Path::new("/t");
+        Compose::parse(text, "dc.yaml", ComposePaths { dir: root, root }, dialect)
+    }
+
     const SCRAPER: &str = r#"
 services:
   client:
@@ -341,7 +345,7 @@ services:
 
     #[test]
     fn parses_a_two_service_file_in_start_order() {
-        let c = Compose::parse(SCRAPER, "dc.yaml", Path::new("/t"), Dialect::Tb1).unwrap();
+        let c = parse(SCRAPER, Dialect::Tb1).unwrap();
         let names: Vec<&str> = c.services.iter().map(|s| s.name.as_str()).collect();
         assert_eq!(names, ["server", "client"]);
         let client = c.client().unwrap();
@@ -359,27 +363,184 @@ services:
 
     #[test]
     fn errors_name_the_field() {
-        let e = Compose::parse("services:\n  server:\n    image: x\n", "dc.yaml", Path::new("/t"), Dialect::Tb1)
-            .unwrap_err();
+        let e = parse("services:\n  server:\n    image: x\n", Dialect::Tb1).unwrap_err();
         assert!(e.to_string().contains("services.client"), "{e}");
-        let e = Compose::parse("services:\n  client:\n    image: ${X}\n", "dc.yaml", Path::new("/t"), Dialect::Tb1)
-            .unwrap_err();
+        let e = parse("services:\n  client:\n    image: ${X}\n", Dialect::Tb1).unwrap_err();
         assert!(e.to_string().contains("services.client.build"), "{e}");
         let text = "services:\n  client:\n    build: .\n    depends_on: [db]\n";
-        let e = Compose::parse(text, "dc.yaml", Path::new("/t"), Dialect::Tb1).unwrap_err();
+        let e = parse(text, Dialect::Tb1).unwrap_err();
         assert!(e.to_string().contains("depends on `db`"), "{e}");
-        let e = Compose::parse("services: [\n", "dc.yaml", Path::new("/t"), Dialect::Tb1).unwrap_err();
+        let e = parse("services: [\n", Dialect::Tb1).unwrap_err();
         assert!(e.to_string().contains("line"), "{e}");
     }
 
     #[test]
-    fn variables_and_durations() {
+    fn variables() {
         assert_eq!(substitute("A=${T_BENCH_TEST_DIR}/x${NOPE}", Dialect::Tb1), "A=/tests/x");
         assert_eq!(substitute("TEST_DIR=${TEST_DIR}", Dialect::Harbor), "TEST_DIR=/tests");
-        let bad =
-            |r: &str| TaskError::BadField { path: "dc.yaml".into(), field: "healthcheck".into(), reason: r.into() };
-        assert_eq!(parse_duration(Some(&Value::from("1.5m")), Duration::ZERO, &bad).unwrap(), Duration::from_secs(90));
-        let e = parse_duration(Some(&Value::from("3 weeks")), Duration::ZERO, &bad).unwrap_err();
-        assert!(e.to_string().contains("`3 weeks`: unknown unit"), "{e}");
+    }
+
+    /// A task folder with a compose file in `environment/` (as Harbor lays it out).
+    fn task_dir(compose: &str) -> (tempfile::TempDir, Result<Compose, TaskError>) {
+        let d = tempfile::tempdir().unwrap();
+        let env = d.path().join("environment");
+        std::fs::create_dir_all(env.join("data")).unwrap();
+        std::fs::write(env.join("db.env"), "PASSWORD=from-file\nMODE=file\n").unwrap();
+        let paths = ComposePaths { dir: &env, root: d.path() };
+        let c = Compose::parse(compose, "dc.yaml", paths, Dialect::Harbor);
+        (d, c)
+    }
+
+    const FULL: &str = r#"
+version: "3.8"
+x-common: &common
+  restart: always
+services:
+  main:
+    build: .
+    entrypoint: ["/bin/other"]
+    init: true
+    user: "1000:1000"
+    tmpfs:
+      - /root:size=100M,mode=755
+    volumes:
+      - ${HOST_VERIFIER_LOGS_PATH}:/logs/verifier
+      - shared:/shared
+      - ./data:/data:ro
+    ports: ["8080:80"]
+    networks: [app]
+    deploy:
+      resources: {limits: {cpus: "${CPUS}"}}
+  db:
+    image: postgres:16
+    entrypoint: /docker-entrypoint.sh -c 'max_connections=5'
+    env_file: [db.env, {path: missing.env, required: false}]
+    environment: {MODE: env}
+    tmpfs: /run
+    volumes:
+      - type: volume
+        source: shared
+        target: /var/lib/shared
+        read_only: true
+      - type: bind
+        source: ./data
+        target: /seed
+      - type: tmpfs
+        target: /scratch
+        tmpfs: {size: 1m}
+      - /anon
+    ports:
+      - target: 5432
+        host_ip: 127.0.0.1
+    cap_add: [NET_ADMIN]
+    cap_drop: [MKNOD]
+    privileged: false
+    shm_size: 256m
+    hostname: database
+    extra_hosts: ["mirror:10.0.0.1"]
+    logging: {driver: none}
+    restart: always
+volumes:
+  shared:
+  cache:
+    driver: local
+networks:
+  app: {}
+configs: {}
+"#;
+
+    #[test]
+    fn every_supported_form_is_read() {
+        let (d, c) = task_dir(FULL);
+        let c = c.unwrap();
+        let real = |p: &str| d.path().canonicalize().unwrap().join(p);
+        assert_eq!(c.volumes, ["shared", "cache"]);
+        let main = c.client().unwrap();
+        assert_eq!(main.entrypoint, None);
+        assert!(!main.init);
+        assert_eq!(main.user.as_deref(), Some("1000:1000"));
+        assert_eq!(
+            main.mounts,
+            [
+                Mount::Volume { name: Some("shared".into()), target: "/shared".into(), read_only: false },
+                Mount::Bind { source: real("environment/data"), target: "/data".into(), read_only: true },
+                Mount::Tmpfs { target: "/root".into(), options: "size=100M,mode=755".into() },
+            ]
+        );
+        assert_eq!(main.ports, [PublishedPort { container_port: 80, host_port: Some(8080), protocol: "tcp".into() }]);
+        let db = c.sidecars().next().unwrap();
+        assert_eq!(db.entrypoint.as_deref().unwrap(), ["/docker-entrypoint.sh", "-c", "max_connections=5"]);
+        assert_eq!(db.environment, ["PASSWORD=from-file", "MODE=env"]);
+        assert_eq!(
+            db.mounts,
+            [
+                Mount::Volume { name: Some("shared".into()), target: "/var/lib/shared".into(), read_only: true },
+                Mount::Bind { source: real("environment/data"), target: "/seed".into(), read_only: false },
+                Mount::Tmpfs { target: "/scratch".into(), options: "size=1048576".into() },
+                Mount::Volume { name: None, target: "/anon".into(), read_only: false },
+                Mount::Tmpfs { target: "/run".into(), options: String::new() },
+            ]
+        );
+        assert_eq!(db.ports, [PublishedPort::tcp(5432)]);
+        assert_eq!(
+            (db.cap_add.as_slice(), db.cap_drop.as_slice()),
+            (&["NET_ADMIN".to_string()][..], &["MKNOD".to_string()][..])
+        );
+        assert_eq!(db.shm_size, Some(256 << 20));
+        assert_eq!(db.hostname.as_deref(), Some("database"));
+        assert_eq!(db.extra_hosts, ["mirror:10.0.0.1"]);
+        assert_eq!(
+            c.notices,
+            [
+                "compose: ignoring configs, volumes.cache.driver, services.db.logging, services.db.restart",
+                "compose: services.main.entrypoint is ignored: the agent's container runs the sandbox's own init",
+                "compose: services.main.init is ignored: the agent's container runs the sandbox's own init",
+            ]
+        );
+    }
+
+    #[test]
+    fn what_a_task_must_not_do_is_refused() {
+        let refused = [
+            ("    privileged: true\n", "services.main.privileged", "privileged containers are refused"),
+            ("    volumes: [\"/etc:/host-etc\"]\n", "services.main.volumes", "outside the task's folder"),
+            ("    volumes: [\"../../..:/up\"]\n", "services.main.volumes", "outside the task's folder"),
+            ("    volumes: [\"~/.ssh:/keys\"]\n", "services.main.volumes", "home-directory"),
+            ("    volumes: [\"./nope:/x\"]\n", "services.main.volumes", "cannot be mounted"),
+            ("    volumes: [\"undeclared:/x\"]\n", "services.main.volumes", "not declared"),
+            ("    env_file: /etc/passwd\n", "services.main.env_file", "outside the task's folder"),
+            ("    ports: [\"99999\"]\n", "services.main.ports", "not a port number"),
+            ("    volumes: [{type: npipe, source: x, target: /x}]\n", "services.main.volumes", "not supported"),
+        ];
+        for (extra, field, reason) in refused {
+            let (_d, c) = task_dir(&format!("services:\n  main:\n    build: .\n{extra}"));
+            let e = c.unwrap_err().to_string();
+            assert!(e.contains(field) && e.contains(reason), "{extra}: {e}");
+        }
+        let (_d, c) = task_dir("services:\n  main:\n    build: .\nvolumes:\n  v:\n    external: true\n");
+        let e = c.unwrap_err().to_string();
+        assert!(e.contains("volumes.v.external"), "{e}");
+    }
+
+    #[test]
+    fn a_symlink_out_of_the_task_is_refused() {
+        let outside = tempfile::tempdir().unwrap();
+        let d = tempfile::tempdir().unwrap();
+        std::os::unix::fs::symlink(outside.path(), d.path().join("link")).unwrap();
+        let paths = ComposePaths { dir: d.path(), root: d.path() };
+        let text = "services:\n  client:\n    build: .\n    volumes: [\"./link:/x\"]\n";
+        let e = Compose::parse(text, "dc.yaml", paths, Dialect::Tb1).unwrap_err().to_string();
+        assert!(e.contains("outside the task's folder"), "{e}");
+    }
+
+    #[test]
+    fn terminal_bench_files_need_no_notice() {
+        let tb1 = "services:\n  client:\n    build:\n      dockerfile: Dockerfile\n    image: ${T_BENCH_TASK_DOCKER_CLIENT_IMAGE_NAME}\n    container_name: ${T_BENCH_TASK_DOCKER_CLIENT_CONTAINER_NAME}\n    command: [ \"sh\", \"-c\", \"sleep infinity\" ]\n    environment:\n      - TEST_DIR=${T_BENCH_TEST_DIR}\n    volumes:\n      - ${T_BENCH_TASK_LOGS_PATH}:${T_BENCH_CONTAINER_LOGS_PATH}\n";
+        let c = parse(tb1, Dialect::Tb1).unwrap();
+        assert!(c.notices.is_empty(), "{:?}", c.notices);
+        assert!(c.client().unwrap().mounts.is_empty());
+        // Another harness's variable leaves nothing to mount, and says so.
+        let c = parse("services:\n  client:\n    build: .\n    volumes: [\"${OTHER}:/x\"]\n", Dialect::Tb1).unwrap();
+        assert!(c.notices[0].contains("`${OTHER}:/x` is not mounted"), "{:?}", c.notices);
     }
 }

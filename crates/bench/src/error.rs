@@ -69,6 +69,12 @@ pub enum ImageError {
         #[source]
         source: Arc<SandboxError>,
     },
+    /// A service's image build ran past the task's `build_timeout_sec`.
+    #[error("service `{service}`: the image build ran past the task's build timeout of {secs} s")]
+    BuildTimeout { service: String, secs: f64 },
+    /// Several of the task's images failed; each is named.
+    #[error("{}", .0.iter().map(|e| e.to_string()).collect::<Vec<_>>().join(" — and "))]
+    Several(Vec<ImageError>),
     /// No scratch directory for a bench stand-in's Dockerfile.
     #[error("a temporary directory for {tag}: {source}")]
     StandinDir {
@@ -123,6 +129,18 @@ pub enum EnvError {
     /// The agent's container could not join the services' network.
     #[error("cannot connect the agent's container to its services: {0}")]
     Connect(#[source] SandboxError),
+    /// A service asks for capabilities and the run does not grant them.
+    #[error(
+        "the `{service}` service asks for the capabilities {caps} (cap_add); rerun with --allow-cap-add to grant them"
+    )]
+    CapAdd { service: String, caps: String },
+    /// One of the task's named volumes could not be created.
+    #[error("cannot create the task's volume `{volume}`: {source}")]
+    Volume {
+        volume: String,
+        #[source]
+        source: SandboxError,
+    },
     /// The network or the agent's container could not be created.
     #[error(transparent)]
     Sandbox(#[from] SandboxError),

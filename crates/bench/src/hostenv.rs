@@ -4,7 +4,7 @@
 use std::path::{Path, PathBuf};
 
 use super::error::BenchError;
-use agent_sandbox::BuildEnv;
+use agent_sandbox::{BuildEnv, BuilderChoice};
 
 /// Where the bundle comes from when none is named.
 const DEFAULT_BUNDLES: &[&str] =
@@ -17,6 +17,8 @@ pub struct HostEnv {
     pub extra_hosts: Vec<String>,
     /// The bundle's path (for the report) and bytes.
     pub ca_bundle: Option<(PathBuf, Vec<u8>)>,
+    /// The image builder (`AGENT_BUILDER`).
+    pub builder: BuilderChoice,
 }
 
 impl HostEnv {
@@ -46,7 +48,8 @@ impl HostEnv {
             }
             None => None,
         };
-        Ok(HostEnv { extra_hosts, ca_bundle })
+        let builder = BuilderChoice::from_env().map_err(BenchError::Usage)?;
+        Ok(HostEnv { extra_hosts, ca_bundle, builder })
     }
 
     /// Adds explicit `name:ip` overrides, checking their form.
@@ -69,6 +72,7 @@ impl HostEnv {
             extra_hosts: self.extra_hosts.clone(),
             ca_bundle: self.ca_bundle.as_ref().map(|(_, b)| b.clone()),
             exec_shebangs: true,
+            builder: self.builder,
         }
     }
 }

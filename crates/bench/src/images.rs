@@ -2,42 +2,54 @@
 //! Terminal-Bench base images are mapped to local stand-ins that carry what the
 //! tasks' scripts expect of them.
 
-use std::collections::HashMap;
-use std::path::Path;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use agent_sandbox::Engine;
 use tokio::sync::OnceCell;
 
-use super::compose::ImageSource;
+use super::compose::{ImageSource, Service};
 use super::error::ImageError;
 use super::task::BenchTask;
 use agent_sandbox::{BuildEnv, ImageMap};
 
-/// Bench stand-ins: (pattern, local tag, Dockerfile body after `FROM`, `FROM` image).
-/// The sandbox's stand-ins are Debian's Python; these add `uv` from PyPI (the tasks'
-/// scripts fetch it from astral.sh, which air-gapped hosts cannot reach) and, for the
-/// Python image, the `/usr/local/lib/python3.13/site-packages` path the tasks use.
-const BENCH_STANDINS: &[(&str, &str, &str, &str)] = &[
-    (
-        "ghcr.io/laude-institute/t-bench/python-3-13:*",
-        "agent-bench-python-3-13:local",
-        "RUN mkdir -p /usr/local/lib/python3.13 && ln -s /usr/lib/python3/dist-packages /usr/local/lib/python3.13/site-packages && python3 -m pip install --no-cache-dir -q uv",
-        "ghcr.io/laude-institute/t-bench/python-3-13:20250620",
-    ),
-    (
-        "python:3*",
-        "agent-bench-python-3-13:local",
-        "",
-        "ghcr.io/laude-institute/t-bench/python-3-13:20250620",
-    ),
-    (
-        "ghcr.io/laude-institute/t-bench/ubuntu-24-04:*",
-        "agent-bench-ubuntu-24-04:local",
-        "RUN python3 -m pip install --no-cache-dir -q uv",
-        "ghcr.io/laude-institute/t-bench/ubuntu-24-04:20250624",
-    ),
+/// A bench stand-in: a sandbox stand-in plus what the tasks' scripts expect of the
+/// image they name.
+struct BenchStandin {
+    pattern: &'static str,
+    tag: &'static str,
+    /// Dockerfile lines after `FROM` (empty: the tag is only an alias).
+    body: &'static str,
+    /// The image it is built `FROM` (resolved to the sandbox's stand-in).
+    from: &'static str,
+    description: &'static str,
+}
+
+/// These add `uv` from PyPI to the sandbox's stand-ins: the tasks' scripts fetch it
+/// from astral.sh, which air-gapped hosts cannot reach.
+const BENCH_STANDINS: &[BenchStandin] = &[
+    BenchStandin {
+        pattern: "ghcr.io/laude-institute/t-bench/python-3-13:*",
+        tag: "agent-bench-python-3-13:cpython-bookworm",
+        body: "RUN python3 -m pip install --no-cache-dir -q uv",
+        from: "ghcr.io/laude-institute/t-bench/python-3-13:20250620",
+        description: "Debian bookworm with CPython 3.13 in /usr/local (as python:3.13-slim-bookworm), tmux and uv",
+    },
+    BenchStandin {
+        pattern: "python:3*",
+        tag: "agent-bench-python-3-13:cpython-bookworm",
+        body: "",
+        from: "ghcr.io/laude-institute/t-bench/python-3-13:20250620",
+        description: "Debian bookworm with CPython 3.13 in /usr/local (as python:3.13-slim-bookworm), tmux and uv",
+    },
+    BenchStandin {
+        pattern: "ghcr.io/laude-institute/t-bench/ubuntu-24-04:*",
+        tag: "agent-bench-ubuntu-24-04:trixie",
+        body: "RUN python3 -m pip install --no-cache-dir -q uv",
+        from: "ghcr.io/laude-institute/t-bench/ubuntu-24-04:20250624",
+        description: "Debian trixie (not Ubuntu 24.04) with Python 3.13, tmux and uv",
+    },
 ];
 
 /// The images of one task's environment: service name → image.
@@ -46,8 +58,10 @@ pub struct TaskImages {
     pub by_service: HashMap<String, String>,
     /// Seconds the build took (0 when every layer was cached).
     pub build_secs: f64,
-    /// Image substitutions made, for the trial log.
+    /// Image substitutions and builder fallbacks, for the trial's record.
     pub notices: Vec<String>,
+    /// Images of the task that were stood in for: task image → stand-in and what it is.
+    pub standins: BTreeMap<String, String>,
 }
 
 type Slot = Arc<OnceCell<Result<TaskImages, ImageError>>>;
@@ -66,9 +80,9 @@ impl ImageCache {
     /// `user_map` wins over the bench's own stand-ins.
     pub fn new(docker: Engine, user_map: &ImageMap, build_env: BuildEnv) -> Self {
         let mut map = user_map.clone();
-        for (pat, tag, _, _) in BENCH_STANDINS {
-            if user_map.lookup(pat.trim_end_matches('*')).is_none() {
-                map.0.entry(pat.to_string()).or_insert_with(|| tag.to_string());
+        for s in BENCH_STANDINS {
+            if user_map.lookup(s.pattern.trim_end_matches('*')).is_none() {
+                map.0.entry(s.pattern.to_string()).or_insert_with(|| s.tag.to_string());
             }
         }
         Self { docker, map, build_env, tasks: Mutex::new(HashMap::new()), standins: Mutex::new(HashMap::new()) }
@@ -84,69 +98,122 @@ impl ImageCache {
         slot.get_or_init(|| self.build(task)).await.clone()
     }
 
+    /// Builds every service's image; one that fails does not stop the others, so that
+    /// the error names every image of the task that does not build.
     async fn build(&self, task: &BenchTask) -> Result<TaskImages, ImageError> {
         let started = Instant::now();
         let mut by_service = HashMap::new();
         let mut notices = Vec::new();
+        let mut standins = BTreeMap::new();
+        let mut failures = Vec::new();
         for service in &task.environment.services {
-            let image = match &service.image {
-                ImageSource::Named(name) => {
-                    self.ensure_standin_for(name).await?;
-                    let mut on_notice = |n: String| notices.push(n);
-                    agent_sandbox::resolve_image(&self.docker, &self.map, name, &mut on_notice)
-                        .await
-                        .map_err(|e| ImageError::Resolve { service: service.name.clone(), source: Arc::new(e) })?
+            match self.build_service(task, service, &mut notices, &mut standins).await {
+                Ok(image) => {
+                    by_service.insert(service.name.clone(), image);
                 }
-                ImageSource::Build { context, dockerfile } => {
-                    for from in from_images(dockerfile) {
-                        self.ensure_standin_for(&from).await?;
-                    }
-                    let tag = format!(
-                        "agent-bench-{}-{}:latest",
-                        agent_sandbox::docker_name_part(&task.name),
-                        agent_sandbox::docker_name_part(&service.name)
-                    );
-                    let mut on_notice = |n: String| notices.push(n);
-                    let mut errors: Vec<String> = Vec::new();
-                    let mut on_log = |l: &str| {
-                        tracing::debug!("build {tag}: {l}");
-                        let clean = agent_sandbox::sanitize(l.as_bytes()).trim().to_string();
-                        if errors.len() < 3 && looks_like_error(&clean) {
-                            errors.push(clean);
-                        }
-                    };
-                    let built = agent_sandbox::build_task_image_with(
-                        &self.docker,
-                        &self.map,
-                        context,
-                        dockerfile,
-                        &tag,
-                        &self.build_env,
-                        &mut on_notice,
-                        &mut on_log,
-                    )
-                    .await;
-                    // The engine's message names the failed step; the cause is usually
-                    // an earlier line (a failed download, a missing host).
-                    built.map_err(|e| ImageError::Build {
-                        service: service.name.clone(),
-                        dockerfile: dockerfile.display().to_string(),
-                        first_errors: errors,
-                        source: Arc::new(e),
-                    })?
-                }
-            };
-            by_service.insert(service.name.clone(), image);
+                Err(e) => failures.push(e),
+            }
         }
-        Ok(TaskImages { by_service, build_secs: started.elapsed().as_secs_f64(), notices })
+        match failures.len() {
+            0 => Ok(TaskImages { by_service, build_secs: started.elapsed().as_secs_f64(), notices, standins }),
+            1 => Err(failures.remove(0)),
+            _ => Err(ImageError::Several(failures)),
+        }
+    }
+
+    async fn build_service(
+        &self,
+        task: &BenchTask,
+        service: &Service,
+        notices: &mut Vec<String>,
+        standins: &mut BTreeMap<String, String>,
+    ) -> Result<String, ImageError> {
+        let (context, dockerfile) = match &service.image {
+            ImageSource::Named(name) => {
+                self.ensure_standin_for(name).await?;
+                self.note_standin(name, standins);
+                let mut on_notice = |n: String| notices.push(n);
+                return agent_sandbox::resolve_image_with(
+                    &self.docker,
+                    &self.map,
+                    name,
+                    &self.build_env,
+                    &mut on_notice,
+                )
+                .await
+                .map_err(|e| ImageError::Resolve { service: service.name.clone(), source: Arc::new(e) });
+            }
+            ImageSource::Build { context, dockerfile } => (context, dockerfile),
+        };
+        let text = std::fs::read_to_string(dockerfile).unwrap_or_default();
+        for from in agent_sandbox::dockerfile_from_images(&text) {
+            self.ensure_standin_for(&from).await?;
+            self.note_standin(&from, standins);
+        }
+        let tag = format!(
+            "agent-bench-{}-{}:latest",
+            agent_sandbox::docker_name_part(&task.name),
+            agent_sandbox::docker_name_part(&service.name)
+        );
+        let mut on_notice = |n: String| notices.push(n);
+        let mut errors: Vec<String> = Vec::new();
+        let mut on_log = |l: &str| {
+            tracing::debug!("build {tag}: {l}");
+            let clean = agent_sandbox::sanitize(l.as_bytes()).trim().to_string();
+            if errors.len() < 3 && looks_like_error(&clean) {
+                errors.push(clean);
+            }
+        };
+        let build = agent_sandbox::build_task_image_with(
+            &self.docker,
+            &self.map,
+            context,
+            dockerfile,
+            &tag,
+            &self.build_env,
+            &mut on_notice,
+            &mut on_log,
+        );
+        // Dropping the build closes its connection, which cancels it in the engine.
+        let built = match task.build_timeout {
+            Some(limit) => match tokio::time::timeout(limit, build).await {
+                Ok(r) => r,
+                Err(_) => {
+                    return Err(ImageError::BuildTimeout { service: service.name.clone(), secs: limit.as_secs_f64() })
+                }
+            },
+            None => build.await,
+        };
+        // The engine's message names the failed step; the cause is usually an earlier
+        // line (a failed download, a missing host).
+        built.map_err(|e| {
+            // BuildKit's own message already names each failed step; keep only the
+            // lines it does not repeat.
+            let message = e.to_string();
+            errors.retain(|l| !message.contains(step_text(l)));
+            ImageError::Build {
+                service: service.name.clone(),
+                dockerfile: dockerfile.display().to_string(),
+                first_errors: errors,
+                source: Arc::new(e),
+            }
+        })
+    }
+
+    /// Records `image` → its stand-in when it is stood in for.
+    fn note_standin(&self, image: &str, standins: &mut BTreeMap<String, String>) {
+        let Some(tag) = self.map.lookup(image) else { return };
+        if let Some(s) = BENCH_STANDINS.iter().find(|s| s.tag == tag) {
+            standins.insert(image.to_string(), format!("{} ({})", s.tag, s.description));
+        }
     }
 
     /// Builds the bench stand-in `image` maps to, if it maps to one.
     async fn ensure_standin_for(&self, image: &str) -> Result<(), ImageError> {
         let Some(tag) = self.map.lookup(image).map(str::to_string) else { return Ok(()) };
-        let Some((_, _, _, _)) = BENCH_STANDINS.iter().find(|(_, t, body, _)| *t == tag && !body.is_empty()) else {
+        if !BENCH_STANDINS.iter().any(|s| s.tag == tag && !s.body.is_empty()) {
             return Ok(());
-        };
+        }
         let slot = {
             let mut s = self.standins.lock().map_err(|_| ImageError::Poisoned)?;
             s.entry(tag.clone()).or_default().clone()
@@ -158,16 +225,16 @@ impl ImageCache {
         if agent_sandbox::image_exists(&self.docker, &tag).await.unwrap_or(false) {
             return Ok(());
         }
-        let Some((_, _, body, from)) = BENCH_STANDINS.iter().find(|(_, t, b, _)| *t == tag && !b.is_empty()) else {
+        let Some(standin) = BENCH_STANDINS.iter().find(|s| s.tag == tag && !s.body.is_empty()) else {
             return Ok(());
         };
         let dir = tempfile::tempdir().map_err(|e| ImageError::StandinDir { tag: tag.clone(), source: Arc::new(e) })?;
         let df = dir.path().join("Dockerfile");
-        std::fs::write(&df, format!("FROM {from}\n{body}\n"))
+        std::fs::write(&df, format!("FROM {}\n{}\n", standin.from, standin.body))
             .map_err(|e| ImageError::StandinDockerfile { path: df.display().to_string(), source: Arc::new(e) })?;
         // The stand-in's own FROM goes through the user's map only, not to itself.
         let mut map = self.map.clone();
-        map.0.retain(|_, v| !BENCH_STANDINS.iter().any(|(_, t, _, _)| t == v));
+        map.0.retain(|_, v| !BENCH_STANDINS.iter().any(|s| s.tag == v.as_str()));
         agent_sandbox::build_task_image_with(
             &self.docker,
             &map,
@@ -184,20 +251,11 @@ impl ImageCache {
     }
 }
 
-/// The images named by `FROM` lines of a Dockerfile (stage names included; they map
-/// to nothing).
-fn from_images(dockerfile: &Path) -> Vec<String> {
-    let text = std::fs::read_to_string(dockerfile).unwrap_or_default();
-    text.lines()
-        .filter_map(|l| {
-            let t = l.trim_start();
-            if t.len() >= 5 && t[..5].eq_ignore_ascii_case("FROM ") {
-                t[5..].split_whitespace().find(|w| !w.starts_with("--")).map(str::to_string)
-            } else {
-                None
-            }
-        })
-        .collect()
+/// A build output line without BuildKit's step prefix (`#12 `, `#12 ERROR: `).
+fn step_text(line: &str) -> &str {
+    let rest = line.strip_prefix('#').map(|r| r.trim_start_matches(|c: char| c.is_ascii_digit())).unwrap_or(line);
+    let rest = rest.trim_start();
+    rest.strip_prefix("ERROR: ").unwrap_or(rest)
 }
 
 /// Build output lines that usually carry the cause of a failed build.
@@ -213,12 +271,18 @@ mod tests {
     use super::*;
 
     #[test]
-    fn from_lines_and_names() {
-        let d = tempfile::tempdir().unwrap();
-        let p = d.path().join("Dockerfile");
-        std::fs::write(&p, "FROM --platform=x a:1 AS b\nRUN x\nfrom b\n").unwrap();
-        assert_eq!(from_images(&p), ["a:1", "b"]);
+    fn error_lines_are_recognised() {
         assert!(looks_like_error("fatal: unable to access 'https://github.com/x/': Could not resolve host"));
         assert!(!looks_like_error("Step 3/5 : RUN make"));
+        assert_eq!(step_text("#14 ERROR: \"/task-deps\" not found"), "\"/task-deps\" not found");
+        assert_eq!(step_text("#9 fatal: unable to access"), "fatal: unable to access");
+        assert_eq!(step_text("E: Unable to locate package x"), "E: Unable to locate package x");
+    }
+
+    #[test]
+    fn every_bench_standin_alias_names_a_built_one() {
+        for s in BENCH_STANDINS.iter().filter(|s| s.body.is_empty()) {
+            assert!(BENCH_STANDINS.iter().any(|b| b.tag == s.tag && !b.body.is_empty()), "{}", s.tag);
+        }
     }
 }

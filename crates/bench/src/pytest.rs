@@ -115,6 +115,21 @@ pub fn parse_reward(text: &str) -> Option<f64> {
     text.trim().parse::<f64>().ok().filter(|r| r.is_finite())
 }
 
+/// Parses Harbor's other reward file (`/logs/verifier/reward.json`): an object of named
+/// rewards, scored by its `reward` when it has one, else by the mean of its numbers.
+pub fn parse_reward_json(text: &str) -> Option<f64> {
+    let value: serde_json::Value = serde_json::from_str(text).ok()?;
+    if let Some(r) = value.as_f64() {
+        return Some(r).filter(|r| r.is_finite());
+    }
+    let named = value.as_object()?;
+    if let Some(r) = named.get("reward") {
+        return r.as_f64().filter(|r| r.is_finite());
+    }
+    let values: Vec<f64> = named.values().filter_map(serde_json::Value::as_f64).filter(|r| r.is_finite()).collect();
+    (!values.is_empty()).then(|| values.iter().sum::<f64>() / values.len() as f64)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -172,5 +187,11 @@ XFAIL ../tests/test_outputs.py::test_known - bug 12
         assert_eq!(parse_pytest("=== short test summary info ===\n=== no tests ran ===\n"), Err(ParseError::NoTests));
         assert_eq!(parse_reward(" 1.0\n"), Some(1.0));
         assert_eq!(parse_reward("yes"), None);
+        assert_eq!(parse_reward_json(r#"{"reward": 0.25, "style": 1.0}"#), Some(0.25));
+        assert_eq!(parse_reward_json(r#"{"correct": 1.0, "style": 0.5, "note": "x"}"#), Some(0.75));
+        assert_eq!(parse_reward_json("1"), Some(1.0));
+        assert_eq!(parse_reward_json(r#"{"reward": "high"}"#), None);
+        assert_eq!(parse_reward_json("{}"), None);
+        assert_eq!(parse_reward_json("[1, 2]"), None);
     }
 }

@@ -248,6 +248,8 @@ mod tests {
             agent_ended: String::new(),
             timings: Timings { total_secs: 1.5, ..Default::default() },
             started_at_unix_ms: 0,
+            standins: Default::default(),
+            notices: Vec::new(),
         };
         let trials = vec![trial("a", true), trial("b", false)];
         let stats = crate::stats::summarise(&trials);
@@ -259,6 +261,7 @@ mod tests {
             n_resolved: 1,
             accuracy: 0.5,
             stats,
+            standins: Default::default(),
             trials,
         };
         let t = summary_table(&r, Some(3.0));

@@ -2,6 +2,7 @@
 //! presence marks a finished trial for `--resume`), the run's `run.json` manifest and
 //! the aggregate `results.json`; every file is written atomically.
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
@@ -93,6 +94,12 @@ pub struct TrialRecord {
     pub agent_ended: String,
     pub timings: Timings,
     pub started_at_unix_ms: u128,
+    /// Images of the task stood in for by local ones: task image → stand-in (what it is).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub standins: BTreeMap<String, String>,
+    /// Where the harness did not do what the task asks (ignored compose keys, no MCP, …).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub notices: Vec<String>,
 }
 
 /// The parameters of a run, kept so that `--resume` continues the same run.
@@ -116,6 +123,9 @@ pub struct ResultsFile {
     pub n_resolved: usize,
     pub accuracy: f64,
     pub stats: super::stats::Summary,
+    /// Every stand-in the run used (task image → stand-in), gathered from the trials.
+    #[serde(default)]
+    pub standins: BTreeMap<String, String>,
     pub trials: Vec<TrialRecord>,
 }
 
@@ -205,6 +215,8 @@ mod tests {
             agent_ended: String::new(),
             timings: Timings::default(),
             started_at_unix_ms: 1,
+            standins: Default::default(),
+            notices: Vec::new(),
         };
         save_trial(d.path(), &rec).unwrap();
         assert_eq!(load_trial(d.path(), "t", 0).unwrap(), rec);

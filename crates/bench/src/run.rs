@@ -39,6 +39,8 @@ pub struct BenchOptions {
     pub progress: bool,
     /// Scales every task's agent and test timeouts (Terminal-Bench's timeout multiplier).
     pub timeout_multiplier: f64,
+    /// Grant the capabilities tasks' services ask for (`cap_add`); refused otherwise.
+    pub allow_cap_add: bool,
 }
 
 /// The run's directory and id, decided before anything starts (the CLI needs them
@@ -121,12 +123,18 @@ pub async fn run_bench(
         results::write_json(&plan.run_dir.join("run.json"), m)?;
     }
     // Containers and networks of an earlier, killed invocation of this run.
-    let (c, n) = remove_run_settled(docker, &plan.run_id).await;
-    if c + n > 0 {
-        notice(format!("removed {c} container(s) and {n} network(s) left by an interrupted invocation of this run"));
+    let left = remove_run_settled(docker, &plan.run_id).await;
+    if left.any() {
+        notice(format!(
+            "removed {} container(s), {} network(s) and {} volume(s) left by an interrupted invocation of this run",
+            left.containers, left.networks, left.volumes
+        ));
     }
-    for e in entries.iter().filter_map(|e| e.task.as_ref().err()) {
-        notice(format!("task not loadable (its trials will fail as env_build_failed): {e}"));
+    for e in &entries {
+        match &e.task {
+            Err(err) => notice(format!("task not loadable (its trials will fail as env_build_failed): {err}")),
+            Ok(t) => t.notices.iter().for_each(|n| notice(format!("task {}: {n}", e.name))),
+        }
     }
     let model = match m.agent {
         AgentKind::Agent => Some(model_source(m.model.as_deref().or(config.model.as_deref()), &opts.resolve).await?),
@@ -143,7 +151,10 @@ pub async fn run_bench(
         model,
         config: config.clone(),
         images: Arc::new(ImageCache::new(docker.clone(), &config.image_map, opts.host.build_env())),
-        env: EnvSettings::from_config(config, &plan.run_id, opts.host.extra_hosts.clone()),
+        env: EnvSettings {
+            allow_cap_add: opts.allow_cap_add,
+            ..EnvSettings::from_config(config, &plan.run_id, opts.host.extra_hosts.clone())
+        },
         verifier,
     });
 
@@ -236,6 +247,7 @@ fn write_results(run_dir: &Path, m: &RunManifest, done: &mut [TrialRecord]) -> R
         n_resolved: stats.n_resolved,
         accuracy: stats.accuracy,
         stats,
+        standins: done.iter().flat_map(|t| t.standins.clone()).collect(),
         trials: done.to_vec(),
     };
     results::write_json(&run_dir.join("results.json"), &file)?;

@@ -157,6 +157,8 @@ mod tests {
             agent_ended: String::new(),
             timings: Timings { total_secs: 2.0, ..Default::default() },
             started_at_unix_ms: 0,
+            standins: Default::default(),
+            notices: Vec::new(),
         }
     }
 

@@ -2,15 +2,19 @@
 //! `docker-compose.yaml`, `run-tests.sh`, `tests/`, `solution.sh|yaml`) and TB2/Harbor
 //! (`task.toml`, `instruction.md`, `environment/`, `tests/test.sh`, `solution/solve.sh`).
 
+mod tb2;
+
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use serde::Deserialize;
 
-use super::compose::{Compose, Dialect, ImageSource, Service};
+use super::compose::{Compose, ComposePaths, Dialect, ImageSource, Service};
 use super::error::TaskError;
 use super::solution::Solution;
+use tb2::Tb2Toml;
+pub use tb2::{McpServer, TaskEnv};
 
 /// Which layout a task uses.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
@@ -42,6 +46,21 @@ pub struct BenchTask {
     pub test_script: PathBuf,
     /// Weights of individual tests (`tests/test_weights.json` or `test_weights.json`).
     pub test_weights: Option<BTreeMap<String, f64>>,
+    /// Longest an image build of the task may take (TB2 `build_timeout_sec`).
+    pub build_timeout: Option<Duration>,
+    /// Whether the task's containers may reach beyond their own network (TB2's
+    /// `network_mode` or `allow_internet`).
+    pub internet: bool,
+    /// Variables for the agent's container, the test run and the reference solution.
+    pub env: TaskEnv,
+    /// MCP servers the task offers (recorded; this agent does not use MCP yet).
+    pub mcp_servers: Vec<McpServer>,
+    /// TB1's `run_tests_in_same_shell`: the tests run in the agent's own shell session
+    /// (its variables, cwd and background jobs), not in a fresh process.
+    pub run_tests_in_same_shell: bool,
+    /// Where the harness does not do what the task asks, one line each (said once per
+    /// task and recorded with every trial).
+    pub notices: Vec<String>,
 }
 
 /// A task found on disk, loaded or not: a malformed task becomes a failed trial,
@@ -109,27 +128,8 @@ struct Tb1Yaml {
     category: Option<String>,
     max_agent_timeout_sec: Option<serde_yaml::Value>,
     max_test_timeout_sec: Option<serde_yaml::Value>,
-}
-
-#[derive(Debug, Default, Deserialize)]
-struct Tb2Toml {
     #[serde(default)]
-    metadata: Tb2Metadata,
-    #[serde(default)]
-    agent: Tb2Timeout,
-    #[serde(default)]
-    verifier: Tb2Timeout,
-}
-
-#[derive(Debug, Default, Deserialize)]
-struct Tb2Metadata {
-    difficulty: Option<String>,
-    category: Option<String>,
-}
-
-#[derive(Debug, Default, Deserialize)]
-struct Tb2Timeout {
-    timeout_sec: Option<f64>,
+    run_tests_in_same_shell: bool,
 }
 
 impl BenchTask {
@@ -173,7 +173,7 @@ impl BenchTask {
         let test_timeout = seconds(&shown, "max_test_timeout_sec", parsed.max_test_timeout_sec.as_ref(), 60.0)?;
         let compose_path = dir.join("docker-compose.yaml");
         let environment = if compose_path.is_file() {
-            Compose::load(&compose_path, dir, Dialect::Tb1)?
+            Compose::load(&compose_path, ComposePaths { dir, root: dir }, Dialect::Tb1)?
         } else {
             single_service(dir, &dir.join("Dockerfile"), Dialect::Tb1)
         };
@@ -202,11 +202,17 @@ impl BenchTask {
             category: parsed.category,
             agent_timeout,
             test_timeout,
+            notices: environment.notices.clone(),
             environment,
             solution,
             test_weights: load_weights(&[tests_dir.join("test_weights.json"), dir.join("test_weights.json")])?,
+            build_timeout: None,
             tests_dir,
             test_script,
+            internet: true,
+            env: TaskEnv::default(),
+            mcp_servers: Vec::new(),
+            run_tests_in_same_shell: parsed.run_tests_in_same_shell,
         })
     }
 
@@ -240,11 +246,17 @@ impl BenchTask {
         let env_dir = dir.join("environment");
         let compose_path = env_dir.join("docker-compose.yaml");
         let environment = if compose_path.is_file() {
-            Compose::load(&compose_path, &env_dir, Dialect::Harbor)?
+            Compose::load(&compose_path, ComposePaths { dir: &env_dir, root: dir }, Dialect::Harbor)?
         } else {
             single_service(&env_dir, &env_dir.join("Dockerfile"), Dialect::Harbor)
         };
         check_builds(&environment)?;
+        let (internet, network_notice) = parsed.internet(&shown)?;
+        let build_timeout = parsed.build_timeout(&shown)?;
+        let (env, mut notices) = parsed.env(&shown)?;
+        notices.splice(0..0, environment.notices.iter().cloned());
+        notices.extend(network_notice);
+        notices.extend(parsed.mcp_notice());
         let solve = dir.join("solution").join("solve.sh");
         let tests_dir = dir.join("tests");
         let test_script = tests_dir.join("test.sh");
@@ -266,25 +278,28 @@ impl BenchTask {
             environment,
             solution: if solve.is_file() { Solution::Script(solve) } else { Solution::Missing },
             test_weights: load_weights(&[tests_dir.join("test_weights.json")])?,
+            build_timeout,
             tests_dir,
             test_script,
+            internet,
+            env,
+            mcp_servers: parsed.environment.mcp_servers,
+            run_tests_in_same_shell: false,
+            notices,
         })
     }
 }
 
 fn single_service(context: &Path, dockerfile: &Path, dialect: Dialect) -> Compose {
+    let image = ImageSource::Build { context: context.to_path_buf(), dockerfile: dockerfile.to_path_buf() };
+    let mut service = Service::new(dialect.agent_service(), image);
+    service.environment = vec![format!("TEST_DIR={}", super::compose::TEST_DIR)];
     Compose {
         path: dockerfile.to_path_buf(),
         agent_service: dialect.agent_service().into(),
-        services: vec![Service {
-            name: dialect.agent_service().into(),
-            image: ImageSource::Build { context: context.to_path_buf(), dockerfile: dockerfile.to_path_buf() },
-            command: None,
-            environment: vec![format!("TEST_DIR={}", super::compose::TEST_DIR)],
-            working_dir: None,
-            healthcheck: None,
-            depends_on: Vec::new(),
-        }],
+        services: vec![service],
+        volumes: Vec::new(),
+        notices: Vec::new(),
     }
 }
 
@@ -388,6 +403,46 @@ mod tests {
     }
 
     #[test]
+    fn tb2_environment_verifier_and_solution_settings() {
+        let d = tempfile::tempdir().unwrap();
+        write(
+            d.path(),
+            "task.toml",
+            "[environment]\nnetwork_mode = \"no-network\"\nbuild_timeout_sec = 120.0\n\
+             [environment.env]\nGREETING = \"hi\"\n[[environment.mcp_servers]]\nname = \"docs\"\n\
+             transport = \"sse\"\nurl = \"http://docs:8000/sse\"\n\
+             [verifier.env]\nCHECK = \"1\"\n[solution.env]\nHINT = \"x\"\n",
+        );
+        write(d.path(), "instruction.md", "Do it.\n");
+        write(d.path(), "environment/Dockerfile", "FROM x\n");
+        write(d.path(), "environment/docker-compose.yaml", "services:\n  main:\n    build: .\n    restart: always\n");
+        write(d.path(), "tests/test.sh", "true\n");
+        let t = BenchTask::load(d.path()).unwrap();
+        assert!(!t.internet);
+        assert_eq!(t.build_timeout, Some(Duration::from_secs(120)));
+        assert_eq!(t.env.agent["GREETING"], "hi");
+        assert_eq!(t.env.verifier["CHECK"], "1");
+        assert_eq!(t.env.solution["HINT"], "x");
+        assert_eq!(t.mcp_servers[0].url.as_deref(), Some("http://docs:8000/sse"));
+        assert_eq!(t.notices.len(), 2, "{:?}", t.notices);
+        assert_eq!(t.notices[0], "compose: ignoring services.main.restart");
+        assert!(t.notices[1].contains("does not support MCP"), "{:?}", t.notices);
+        assert!(!t.run_tests_in_same_shell);
+    }
+
+    #[test]
+    fn tb1_tests_may_run_in_the_agents_shell() {
+        let d = tempfile::tempdir().unwrap();
+        write(d.path(), "task.yaml", "instruction: do it\nrun_tests_in_same_shell: true\n");
+        write(d.path(), "Dockerfile", "FROM x\n");
+        write(d.path(), "run-tests.sh", "pytest\n");
+        let t = BenchTask::load(d.path()).unwrap();
+        assert!(t.run_tests_in_same_shell && t.internet && t.notices.is_empty());
+        write(d.path(), "task.yaml", "instruction: do it\n");
+        assert!(!BenchTask::load(d.path()).unwrap().run_tests_in_same_shell);
+    }
+
+    #[test]
     fn every_shared_tb1_task_loads() {
         let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/tb1-tasks");
         if !root.is_dir() {
@@ -398,6 +453,7 @@ mod tests {
         for e in &entries {
             let t = e.task.as_ref().unwrap_or_else(|err| panic!("{}: {err}", e.name));
             assert!(t.environment.client().is_some());
+            assert!(t.notices.is_empty(), "{}: {:?}", e.name, t.notices);
         }
         let scraper = entries.iter().find(|e| e.name == "simple-web-scraper").unwrap();
         assert_eq!(scraper.task.as_ref().unwrap().environment.services.len(), 2);
@@ -416,7 +472,13 @@ mod tests {
         for e in &entries {
             let t = e.task.as_ref().unwrap_or_else(|err| panic!("{}: {err}", e.name));
             assert_eq!(t.environment.client().map(|s| s.name.as_str()), Some("main"), "{}", e.name);
+            // Everything Terminal-Bench 2's files ask for is honoured or the harness's business.
+            assert!(t.notices.is_empty(), "{}: {:?}", e.name, t.notices);
+            assert!(t.internet && t.build_timeout == Some(Duration::from_secs(600)), "{}", e.name);
         }
+        let extract = entries.iter().find(|e| e.name == "extract-safely").unwrap().task.as_ref().unwrap();
+        let tmpfs = agent_sandbox::Mount::Tmpfs { target: "/root".into(), options: "size=100M,mode=755".into() };
+        assert_eq!(extract.environment.client().unwrap().mounts, [tmpfs]);
         let scraper = entries.iter().find(|e| e.name == "simple-web-scraper").unwrap().task.as_ref().unwrap();
         let names: Vec<&str> = scraper.environment.services.iter().map(|s| s.name.as_str()).collect();
         assert_eq!(names, ["server", "main"]);

@@ -63,6 +63,8 @@ pub async fn run_trial_with(
         agent_ended: String::new(),
         timings: Timings::default(),
         started_at_unix_ms: SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis()).unwrap_or(0),
+        standins: Default::default(),
+        notices: Vec::new(),
     };
     if let Err(e) = std::fs::create_dir_all(&dir) {
         return fail(
@@ -78,6 +80,7 @@ pub async fn run_trial_with(
     };
     rec.difficulty = task.difficulty.clone();
     rec.category = task.category.clone();
+    rec.notices = task.notices.clone();
 
     let t = Instant::now();
     let built = ctx.images.get(task).await;
@@ -87,6 +90,8 @@ pub async fn run_trial_with(
         Ok(i) => i,
         Err(e) => return fail(rec, FailureMode::EnvBuildFailed, e.to_string(), started),
     };
+    rec.standins = images.standins.clone();
+    rec.notices.extend(images.notices.iter().cloned());
     let episode = format!("{}-{attempt}", entry.name);
     let t = Instant::now();
     let started_env = TrialEnv::start(&ctx.docker, task, &images, &ctx.env, &episode).await;
@@ -97,12 +102,13 @@ pub async fn run_trial_with(
             return fail(rec, FailureMode::EnvBuildFailed, format!("the environment did not start: {e}"), started)
         }
     };
+    rec.notices.extend(env.notices().iter().cloned());
     let Some(sandbox) = env.client().cloned() else {
         env.teardown().await;
         return fail(rec, FailureMode::EnvBuildFailed, "the environment has no agent container".into(), started);
     };
 
-    let outcome =
+    let (outcome, mut agent_shell) =
         run_agent(ctx.agent, model, &ctx.config, task, &sandbox, &dir, (ctx.env.run_id.as_str(), episode.as_str()))
             .await;
     rec.timings.agent_secs = outcome.duration.as_secs_f64();
@@ -118,7 +124,7 @@ pub async fn run_trial_with(
 
     // The tests run after an agent timeout too: the work done until then counts.
     let t = Instant::now();
-    match ctx.verifier.run(task, &sandbox).await {
+    match ctx.verifier.run(task, &sandbox, agent_shell.as_mut()).await {
         Ok(run) => {
             rec.timings.test_setup_secs = run.setup_secs;
             rec.timings.tests_secs = t.elapsed().as_secs_f64() - run.setup_secs;
@@ -127,6 +133,8 @@ pub async fn run_trial_with(
         }
         Err(e) => set_failure(&mut rec, FailureMode::AgentError, format!("the tests could not be run: {e}")),
     }
+    // Closed before the teardown, so nothing reads from a container being removed.
+    drop(agent_shell);
     let t = Instant::now();
     env.teardown().await;
     rec.timings.teardown_secs = t.elapsed().as_secs_f64();
@@ -171,7 +179,11 @@ fn score(
             None => set_failure(
                 rec,
                 FailureMode::ParseError,
-                format!("tests/test.sh wrote no readable reward to {}", super::verify::REWARD_FILE),
+                format!(
+                    "tests/test.sh wrote no readable reward to {} or {}",
+                    super::verify::REWARD_FILE,
+                    super::verify::REWARD_JSON
+                ),
             ),
         }
         return;

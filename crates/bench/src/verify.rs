@@ -1,21 +1,27 @@
 //! Running a task's tests after the agent: copy `tests/` into `/tests`, run the task's
 //! script (or, when that script cannot fetch its test runner, the task's pytest file
-//! with a pytest available in the container), under the test timeout.
+//! with a pytest available in the container), under the test timeout, with the task's
+//! verifier variables; in a fresh process, or in the agent's own shell session when
+//! the task asks for it (TB1's `run_tests_in_same_shell`).
 
+use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
+use tokio_util::sync::CancellationToken;
 
 use super::compose::TEST_DIR;
 use super::error::VerifyError;
 use super::task::{BenchTask, Layout};
-use agent_sandbox::{Sandbox, SandboxError};
+use agent_sandbox::{shell_quote, OutputCollector, Sandbox, SandboxError, Shell};
 
 /// Bytes of test output kept (head and tail are what matter; pytest's summary is last).
 const MAX_TEST_OUTPUT: usize = 1 << 20;
 /// Where TB2 tests write their reward.
 pub const REWARD_FILE: &str = "/logs/verifier/reward.txt";
+/// Harbor's alternative to [`REWARD_FILE`]: a JSON object of named rewards.
+pub const REWARD_JSON: &str = "/logs/verifier/reward.json";
 
 /// Which mode verified a trial.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -88,11 +94,49 @@ impl Verifier {
         Verifier { mode, uv_unreachable }
     }
 
-    /// Copies the tests in and runs them.
-    pub async fn run(&self, task: &BenchTask, sandbox: &Sandbox) -> Result<TestRun, VerifyError> {
+    /// Copies the tests in and runs them: in the agent's shell session (`agent_shell`,
+    /// or a new session when the agent left none) when the task asks for its tests to
+    /// run in the same shell, else in a fresh process.
+    pub async fn run(
+        &self,
+        task: &BenchTask,
+        sandbox: &Sandbox,
+        agent_shell: Option<&mut Shell>,
+    ) -> Result<TestRun, VerifyError> {
         copy_dir(sandbox, &task.tests_dir, TEST_DIR).await?;
+        let mut new_session;
+        let (mut runner, how) = match (task.run_tests_in_same_shell, agent_shell) {
+            (false, _) => (Runner::Fresh(sandbox), ""),
+            (true, Some(shell)) => {
+                (Runner::Shell(shell), "the tests ran in the agent's shell session (run_tests_in_same_shell)")
+            }
+            (true, None) => {
+                // The agent kept no session (nop, or a session that failed): TB1 would
+                // type the tests into a shell all the same.
+                new_session = Shell::start(sandbox, MAX_TEST_OUTPUT).await?;
+                let how = "the agent left no shell session; the tests ran in a new one (run_tests_in_same_shell)";
+                (Runner::Shell(&mut new_session), how)
+            }
+        };
+        let mut run = self.run_with(task, sandbox, &mut runner).await?;
+        if !how.is_empty() {
+            run.note = Some(match run.note.take() {
+                Some(note) => format!("{note}; {how}"),
+                None => how.to_string(),
+            });
+        }
+        Ok(run)
+    }
+
+    async fn run_with(
+        &self,
+        task: &BenchTask,
+        sandbox: &Sandbox,
+        runner: &mut Runner<'_>,
+    ) -> Result<TestRun, VerifyError> {
+        let env = env_prefix(&task.env.verifier);
         if task.layout == Layout::Tb2 {
-            return run_tb2(task, sandbox).await;
+            return run_tb2(task, sandbox, runner, &env).await;
         }
         let script = std::fs::read_to_string(&task.test_script)
             .map_err(|e| VerifyError::ReadScript { path: task.test_script.display().to_string(), source: e })?;
@@ -109,8 +153,8 @@ impl Verifier {
         };
         match fallback_reason {
             None => {
-                let cmd = format!("bash {TEST_DIR}/run-tests.sh 2>&1");
-                let (out, code, timed_out, d) = exec(sandbox, &cmd, task.test_timeout).await?;
+                let cmd = format!("{env}bash {TEST_DIR}/run-tests.sh 2>&1");
+                let (out, code, timed_out, d) = runner.exec(&cmd, task.test_timeout).await?;
                 Ok(TestRun {
                     verified_by: VerifiedBy::RunTests,
                     note: None,
@@ -122,7 +166,7 @@ impl Verifier {
                     setup_secs: 0.0,
                 })
             }
-            Some(reason) => run_fallback(task, sandbox, &script, reason).await,
+            Some(reason) => run_fallback(task, sandbox, runner, &script, reason).await,
         }
     }
 }
@@ -131,13 +175,60 @@ fn first_line(s: &str) -> String {
     s.lines().next().unwrap_or_default().chars().take(200).collect()
 }
 
-async fn run_tb2(task: &BenchTask, sandbox: &Sandbox) -> Result<TestRun, VerifyError> {
-    let cmd = format!("mkdir -p /logs/verifier && bash {TEST_DIR}/test.sh 2>&1");
-    let (out, code, timed_out, d) = exec(sandbox, &cmd, task.test_timeout).await?;
-    let reward = match sandbox.read_file(REWARD_FILE).await {
-        Ok(f) => super::pytest::parse_reward(&String::from_utf8_lossy(&f.bytes)),
-        Err(_) => None,
-    };
+/// `KEY='value' ` assignments for the front of a command: the variables apply to that
+/// command only.
+pub(crate) fn env_prefix(vars: &BTreeMap<String, String>) -> String {
+    vars.iter().map(|(k, v)| format!("{k}={} ", shell_quote(v))).collect()
+}
+
+/// Where the test commands run.
+enum Runner<'a> {
+    /// A fresh process in the container's working directory.
+    Fresh(&'a Sandbox),
+    /// A shell session: its variables, cwd and background jobs as the agent left them.
+    Shell(&'a mut Shell),
+}
+
+impl Runner<'_> {
+    /// Runs a shell command: (output, exit code, timed out, duration).
+    async fn exec(
+        &mut self,
+        cmd: &str,
+        timeout: Duration,
+    ) -> Result<(String, Option<i64>, bool, Duration), SandboxError> {
+        match self {
+            Runner::Fresh(sandbox) => exec(sandbox, cmd, timeout).await,
+            Runner::Shell(shell) => {
+                // The session caps output for a model; the tests keep as much as a fresh
+                // run does (pytest's summary comes last).
+                let mut out = OutputCollector::new(MAX_TEST_OUTPUT);
+                let r = shell.run(cmd, timeout, &CancellationToken::new(), &mut |b| out.push(b)).await?;
+                Ok((out.render(), r.exit_code, r.timed_out, r.duration))
+            }
+        }
+    }
+}
+
+/// The reward `tests/test.sh` left: `reward.txt`, else `reward.json`.
+async fn read_reward(sandbox: &Sandbox) -> Option<f64> {
+    if let Ok(f) = sandbox.read_file(REWARD_FILE).await {
+        if let Some(r) = super::pytest::parse_reward(&String::from_utf8_lossy(&f.bytes)) {
+            return Some(r);
+        }
+    }
+    let f = sandbox.read_file(REWARD_JSON).await.ok()?;
+    super::pytest::parse_reward_json(&String::from_utf8_lossy(&f.bytes))
+}
+
+async fn run_tb2(
+    task: &BenchTask,
+    sandbox: &Sandbox,
+    runner: &mut Runner<'_>,
+    env: &str,
+) -> Result<TestRun, VerifyError> {
+    let cmd = format!("mkdir -p /logs/verifier && {env}bash {TEST_DIR}/test.sh 2>&1");
+    let (out, code, timed_out, d) = runner.exec(&cmd, task.test_timeout).await?;
+    let reward = read_reward(sandbox).await;
     Ok(TestRun {
         verified_by: VerifiedBy::RewardFile,
         note: None,
@@ -153,6 +244,7 @@ async fn run_tb2(task: &BenchTask, sandbox: &Sandbox) -> Result<TestRun, VerifyE
 async fn run_fallback(
     task: &BenchTask,
     sandbox: &Sandbox,
+    runner: &mut Runner<'_>,
     script: &str,
     reason: String,
 ) -> Result<TestRun, VerifyError> {
@@ -189,8 +281,12 @@ async fn run_fallback(
             setup_secs,
         });
     }
-    let cmd = format!("PY=$(command -v python3 || command -v python); \"$PY\" -m pytest {} -rA 2>&1", files.join(" "));
-    let (out, code, timed_out, d) = exec(sandbox, &cmd, task.test_timeout).await?;
+    let cmd = format!(
+        "PY=$(command -v python3 || command -v python); {}\"$PY\" -m pytest {} -rA 2>&1",
+        env_prefix(&task.env.verifier),
+        files.join(" ")
+    );
+    let (out, code, timed_out, d) = runner.exec(&cmd, task.test_timeout).await?;
     Ok(TestRun {
         verified_by: VerifiedBy::FallbackPytest,
         note: Some(format!("{reason}; ran {} with {pytest_version}", files.join(" "))),
@@ -288,5 +384,12 @@ mod tests {
         assert_eq!(test_files(s), ["/tests/test_outputs.py"]);
         assert_eq!(test_files("pytest ${TEST_DIR}/test_a.py\n"), ["/tests/test_a.py"]);
         assert_eq!(test_files("bash $TEST_DIR/run-uv-pytest.sh"), ["/tests/test_outputs.py"]);
+    }
+
+    #[test]
+    fn verifier_variables_prefix_the_command() {
+        let vars = BTreeMap::from([("A".to_string(), "1".to_string()), ("B".to_string(), "it's".to_string())]);
+        assert_eq!(env_prefix(&vars), "A='1' B='it'\\''s' ");
+        assert_eq!(env_prefix(&BTreeMap::new()), "");
     }
 }

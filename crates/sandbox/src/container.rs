@@ -10,7 +10,9 @@ use bollard::models::{EndpointSettings, HostConfig};
 
 use super::error::{is_not_found, SandboxError};
 use super::exec::{exec_capture, exec_streaming, ExecOutput, StreamedExit};
-use super::prune::owner_label;
+use super::mount::{engine_mounts, Mount};
+use super::port::{engine_ports, PublishedPort};
+use super::prune::resource_labels;
 
 /// Label holding the id of the run (one `agent` invocation, bench run or train run).
 pub const LABEL_RUN: &str = "agent.run";
@@ -24,6 +26,9 @@ pub const LABEL_OWNER: &str = "agent.owner";
 /// from PID 1 spares only PID 1 itself and is a single, race-free system call).
 const INIT_SCRIPT: &str =
     "trap 'kill -KILL -1 2>/dev/null' USR1; trap 'exit 0' TERM INT; while :; do sleep 2147483 & wait $!; done";
+
+/// Docker's default capabilities that no sandbox gets: an agent never needs them.
+const DROPPED_CAPS: [&str; 6] = ["NET_RAW", "MKNOD", "SETFCAP", "AUDIT_WRITE", "SYS_CHROOT", "SETPCAP"];
 
 /// Containers created by this process and not yet removed, for signal and panic paths.
 static LIVE: Mutex<Vec<String>> = Mutex::new(Vec::new());
@@ -60,6 +65,26 @@ pub struct ContainerConfig {
     pub process: ContainerProcess,
     /// A network to join at creation (instead of the default bridge), with aliases.
     pub join: Option<(String, Vec<String>)>,
+    /// Volumes, host folders and tmpfs mounted beyond `binds`.
+    pub mounts: Vec<Mount>,
+    /// Container ports published on the host's loopback address (never elsewhere).
+    pub ports: Vec<PublishedPort>,
+    /// The image's entrypoint replaced (with [`ContainerProcess::Image`] only).
+    pub entrypoint: Option<Vec<String>>,
+    /// The user (`name`, `uid[:gid]`) of the main process and of execs; the image's when `None`.
+    pub user: Option<String>,
+    /// Capabilities added to the engine's default set (whether that is allowed is the
+    /// caller's decision); a sandbox never runs privileged.
+    pub cap_add: Vec<String>,
+    /// Capabilities dropped beyond the sandbox's own list.
+    pub cap_drop: Vec<String>,
+    /// Size of `/dev/shm` in bytes; the engine's default when `None`.
+    pub shm_size: Option<i64>,
+    /// The engine's init as PID 1 (with [`ContainerProcess::Image`] only: the sandbox's
+    /// own init must be PID 1 to kill every other process).
+    pub init: bool,
+    /// The host name; the engine's (the container id) when `None`.
+    pub hostname: Option<String>,
 }
 
 /// The main process of a container.
@@ -92,7 +117,37 @@ impl ContainerConfig {
             name_prefix: "agent".into(),
             process: ContainerProcess::Init,
             join: None,
+            mounts: Vec::new(),
+            ports: Vec::new(),
+            entrypoint: None,
+            user: None,
+            cap_add: Vec::new(),
+            cap_drop: Vec::new(),
+            shm_size: None,
+            init: false,
+            hostname: None,
         }
+    }
+
+    /// The capabilities to drop: the sandbox's list without those asked for in
+    /// `cap_add`, plus `cap_drop` (names with or without `CAP_`, any case).
+    fn dropped_caps(&self) -> Vec<String> {
+        let norm = |c: &str| {
+            let c = c.trim().to_ascii_uppercase();
+            c.strip_prefix("CAP_").map(str::to_string).unwrap_or(c)
+        };
+        let added: Vec<String> = self.cap_add.iter().map(|c| norm(c)).collect();
+        let mut drop: Vec<String> = DROPPED_CAPS
+            .iter()
+            .filter(|c| !added.iter().any(|a| a == *c || a == "ALL"))
+            .map(|c| c.to_string())
+            .collect();
+        for c in self.cap_drop.iter().map(|c| norm(c)) {
+            if !drop.contains(&c) {
+                drop.push(c);
+            }
+        }
+        drop
     }
 }
 
@@ -136,11 +191,9 @@ impl Sandbox {
         }
         let short: String = cfg.episode_id.chars().filter(|c| c.is_ascii_alphanumeric()).take(12).collect();
         let name = format!("{}-{}-{}", cfg.name_prefix, short, &uuid::Uuid::new_v4().simple().to_string()[..6]);
-        let labels = HashMap::from([
-            (LABEL_RUN.to_string(), cfg.run_id.clone()),
-            (LABEL_EPISODE.to_string(), cfg.episode_id.clone()),
-            (LABEL_OWNER.to_string(), owner_label()),
-        ]);
+        let labels = resource_labels(&cfg.run_id, &cfg.episode_id);
+        let (mounts, tmpfs) = engine_mounts(&cfg.mounts);
+        let (exposed_ports, port_bindings) = engine_ports(&cfg.ports);
         let host_config = HostConfig {
             nano_cpus: Some((cfg.cpus * 1e9) as i64),
             memory: Some(cfg.memory_bytes),
@@ -148,9 +201,9 @@ impl Sandbox {
             pids_limit: Some(cfg.pids_limit),
             security_opt: Some(vec!["no-new-privileges:true".into()]),
             // Docker's default set minus what an agent never needs.
-            cap_drop: Some(
-                ["NET_RAW", "MKNOD", "SETFCAP", "AUDIT_WRITE", "SYS_CHROOT", "SETPCAP"].map(String::from).to_vec(),
-            ),
+            cap_drop: Some(cfg.dropped_caps()),
+            cap_add: (!cfg.cap_add.is_empty()).then(|| cfg.cap_add.clone()),
+            privileged: Some(false),
             network_mode: Some(match (&cfg.join, cfg.network) {
                 (_, false) => "none".into(),
                 (Some((net, _)), true) => net.clone(),
@@ -158,11 +211,17 @@ impl Sandbox {
             }),
             binds: (!cfg.binds.is_empty()).then(|| cfg.binds.clone()),
             extra_hosts: (!cfg.extra_hosts.is_empty()).then(|| cfg.extra_hosts.clone()),
+            mounts: (!mounts.is_empty()).then_some(mounts),
+            tmpfs: (!tmpfs.is_empty()).then_some(tmpfs),
+            // Without a network there is nothing to publish on (the engine refuses it).
+            port_bindings: (cfg.network && !port_bindings.is_empty()).then_some(port_bindings),
+            shm_size: cfg.shm_size,
+            init: matches!(cfg.process, ContainerProcess::Image(_)).then_some(cfg.init),
             ..Default::default()
         };
         let (entrypoint, cmd) = match &cfg.process {
             ContainerProcess::Init => (Some(vec!["/bin/sh".into(), "-c".into()]), Some(vec![INIT_SCRIPT.into()])),
-            ContainerProcess::Image(cmd) => (None, cmd.clone()),
+            ContainerProcess::Image(cmd) => (cfg.entrypoint.clone(), cmd.clone()),
         };
         let networking_config = match (&cfg.join, cfg.network) {
             (Some((net, aliases)), true) => Some(NetworkingConfig {
@@ -181,6 +240,9 @@ impl Sandbox {
             labels: Some(labels),
             working_dir: cfg.workdir.clone(),
             env: Some(cfg.env.clone()),
+            user: cfg.user.clone(),
+            hostname: cfg.hostname.clone(),
+            exposed_ports: (cfg.network && !exposed_ports.is_empty()).then_some(exposed_ports),
             open_stdin: Some(false),
             tty: Some(false),
             network_disabled: Some(!cfg.network),
@@ -351,5 +413,25 @@ pub async fn cleanup_registered(docker: &Engine) {
     let ids: Vec<String> = LIVE.lock().map(|l| l.clone()).unwrap_or_default();
     for id in ids {
         remove_container(docker, &id).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn added_caps_leave_the_drop_list_and_dropped_ones_join_it() {
+        let mut cfg = ContainerConfig::new("img", "run", "ep");
+        assert_eq!(cfg.dropped_caps(), DROPPED_CAPS.map(String::from).to_vec());
+        cfg.cap_add = vec!["cap_net_raw".into(), "NET_ADMIN".into()];
+        cfg.cap_drop = vec!["CHOWN".into(), "MKNOD".into()];
+        let dropped = cfg.dropped_caps();
+        assert!(!dropped.contains(&"NET_RAW".to_string()), "{dropped:?}");
+        assert!(dropped.contains(&"CHOWN".to_string()) && dropped.contains(&"SETPCAP".to_string()));
+        assert_eq!(dropped.iter().filter(|c| *c == "MKNOD").count(), 1);
+        cfg.cap_add = vec!["ALL".into()];
+        cfg.cap_drop.clear();
+        assert!(cfg.dropped_caps().is_empty());
     }
 }

@@ -1,16 +1,18 @@
 //! Images without a registry: the Debian base image (debootstrap + import), stand-ins
 //! for Terminal-Bench base images, the image map, and task Dockerfile builds.
 
-use std::collections::{BTreeMap, HashMap};
-use std::path::{Path, PathBuf};
+use std::collections::BTreeMap;
+use std::path::PathBuf;
 use std::time::Duration;
 
 use super::docker::Engine;
-use bollard::image::{BuildImageOptions, CreateImageOptions};
+use bollard::image::CreateImageOptions;
 use futures_util::StreamExt;
 use serde::{Deserialize, Serialize};
 
+use super::build::BuildEnv;
 use super::error::{describe_bollard, is_not_found, SandboxError};
+use super::standin::{build_standin, standin_for};
 
 /// Tag of the local Debian base image.
 pub const BASE_IMAGE: &str = "agent-base:bookworm";
@@ -176,7 +178,7 @@ impl ImageMap {
     }
 }
 
-fn glob_match(pattern: &str, text: &str) -> bool {
+pub(crate) fn glob_match(pattern: &str, text: &str) -> bool {
     let parts: Vec<&str> = pattern.split('*').collect();
     if parts.len() == 1 {
         return pattern == text;
@@ -196,20 +198,6 @@ fn glob_match(pattern: &str, text: &str) -> bool {
     true
 }
 
-/// Built-in stand-ins for Terminal-Bench base images: (pattern, local tag, description).
-const TB_STANDINS: &[(&str, &str, &str)] = &[
-    (
-        "ghcr.io/laude-institute/t-bench/python-3-13:*",
-        "agent-tb-python-3-13:local",
-        "Debian bookworm with its Python 3.11, pip, pytest and tmux, WORKDIR /app",
-    ),
-    (
-        "ghcr.io/laude-institute/t-bench/ubuntu-24-04:*",
-        "agent-tb-ubuntu-24-04:local",
-        "Debian bookworm (not Ubuntu) with Python 3, tmux, WORKDIR /app",
-    ),
-];
-
 /// Resolves `image` to something the engine has: a configured substitute, the image
 /// itself when present or pullable, or a built-in stand-in (built on demand).
 /// `notice` is told about every substitution.
@@ -217,6 +205,17 @@ pub async fn resolve_image(
     docker: &Engine,
     map: &ImageMap,
     image: &str,
+    notice: &mut (dyn FnMut(String) + Send),
+) -> Result<String, SandboxError> {
+    resolve_image_with(docker, map, image, &BuildEnv::default(), notice).await
+}
+
+/// [`resolve_image`], building a stand-in with the host's name overrides and CA bundle.
+pub async fn resolve_image_with(
+    docker: &Engine,
+    map: &ImageMap,
+    image: &str,
+    env: &BuildEnv,
     notice: &mut (dyn FnMut(String) + Send),
 ) -> Result<String, SandboxError> {
     if let Some(sub) = map.lookup(image) {
@@ -230,14 +229,13 @@ pub async fn resolve_image(
         Ok(()) => return Ok(image.to_string()),
         Err(e) => e,
     };
-    if let Some((_, tag, what)) = TB_STANDINS.iter().find(|(pat, _, _)| glob_match(pat, image)) {
-        if !image_exists(docker, tag).await? {
-            build_standin(docker, tag).await?;
-        }
+    if let Some(standin) = standin_for(image) {
+        build_standin(docker, standin, env).await?;
         notice(format!(
-            "`{image}` cannot be pulled ({pull_error}); using the local stand-in `{tag}` ({what}), built from {BASE_IMAGE}"
+            "`{image}` cannot be pulled ({pull_error}); using the local stand-in `{}` ({})",
+            standin.tag, standin.description
         ));
-        return Ok(tag.to_string());
+        return Ok(standin.tag.to_string());
     }
     Err(SandboxError::ImageMissing {
         image: image.to_string(),
@@ -271,145 +269,6 @@ fn split_tag(image: &str) -> (&str, &str) {
     }
 }
 
-async fn build_standin(docker: &Engine, tag: &str) -> Result<(), SandboxError> {
-    if !image_exists(docker, BASE_IMAGE).await? {
-        return Err(SandboxError::ImageMissing {
-            image: BASE_IMAGE.into(),
-            hint: "run `agent sandbox base` first (it builds the local Debian image the stand-ins start from)".into(),
-        });
-    }
-    let dockerfile = format!("FROM {BASE_IMAGE}\nENV PIP_BREAK_SYSTEM_PACKAGES=1\nWORKDIR /app\n");
-    let mut files = BTreeMap::new();
-    files.insert("Dockerfile".to_string(), dockerfile.into_bytes());
-    build_from_files(docker, tag, &files, &mut |_| {}).await
-}
-
-/// Builds `tag` from an in-memory context.
-async fn build_from_files(
-    docker: &Engine,
-    tag: &str,
-    files: &BTreeMap<String, Vec<u8>>,
-    log: &mut (dyn FnMut(&str) + Send),
-) -> Result<(), SandboxError> {
-    let mut builder = tar::Builder::new(Vec::new());
-    for (name, data) in files {
-        let mut header = tar::Header::new_gnu();
-        header.set_size(data.len() as u64);
-        header.set_mode(0o644);
-        builder
-            .append_data(&mut header, name, data.as_slice())
-            .map_err(|e| SandboxError::ImageBuild { image: tag.into(), reason: e.to_string() })?;
-    }
-    let context =
-        builder.into_inner().map_err(|e| SandboxError::ImageBuild { image: tag.into(), reason: e.to_string() })?;
-    run_build(docker, tag, "Dockerfile", context, log).await
-}
-
-async fn run_build(
-    docker: &Engine,
-    tag: &str,
-    dockerfile: &str,
-    context: Vec<u8>,
-    log: &mut (dyn FnMut(&str) + Send),
-) -> Result<(), SandboxError> {
-    run_build_with(docker, tag, dockerfile, context, &BuildEnv::default(), log).await
-}
-
-async fn run_build_with(
-    docker: &Engine,
-    tag: &str,
-    dockerfile: &str,
-    context: Vec<u8>,
-    env: &BuildEnv,
-    log: &mut (dyn FnMut(&str) + Send),
-) -> Result<(), SandboxError> {
-    let opts = BuildImageOptions::<String> {
-        dockerfile: dockerfile.into(),
-        t: tag.into(),
-        rm: true,
-        forcerm: true,
-        labels: HashMap::from([("agent.image".to_string(), "1".to_string())]),
-        extrahosts: (!env.extra_hosts.is_empty()).then(|| env.extra_hosts.join(",")),
-        ..Default::default()
-    };
-    let mut stream = docker.api().build_image(opts, None, Some(context.into()));
-    let mut recent: Vec<String> = Vec::new();
-    while let Some(item) = stream.next().await {
-        match item {
-            Ok(info) => {
-                if let Some(s) = info.stream.as_deref() {
-                    for line in s.lines().filter(|l| !l.trim().is_empty()) {
-                        log(line);
-                        recent.push(line.to_string());
-                        if recent.len() > 8 {
-                            recent.remove(0);
-                        }
-                    }
-                }
-                if let Some(err) = info.error {
-                    return Err(SandboxError::ImageBuild {
-                        image: tag.into(),
-                        reason: format!("{err} (last build output: {})", recent.join(" | ")),
-                    });
-                }
-            }
-            Err(e) => {
-                return Err(SandboxError::ImageBuild {
-                    image: tag.into(),
-                    reason: format!("{} (last build output: {})", describe_bollard(&e), recent.join(" | ")),
-                })
-            }
-        }
-    }
-    Ok(())
-}
-
-/// What a build hands its containers from the host: name overrides (`name:ip`, for
-/// hosts that reach mirrors only through `/etc/hosts` entries) and a CA bundle (for
-/// hosts behind a private CA), which containers do not inherit.
-#[derive(Debug, Clone, Default)]
-pub struct BuildEnv {
-    /// `name:ip` entries added to `/etc/hosts` of the build containers.
-    pub extra_hosts: Vec<String>,
-    /// PEM bundle installed in every stage and named by the usual variables.
-    pub ca_bundle: Option<Vec<u8>>,
-    /// Give scripts (`#!` files) without any execute bit `rwxr-xr-x` in the context:
-    /// copies of task repositories that lost their modes (read-only exports) would
-    /// otherwise ship non-executable tools.
-    pub exec_shebangs: bool,
-}
-
-/// Packs `dir` under `name` like `append_dir_all`, restoring execute bits of scripts.
-fn append_tree(builder: &mut tar::Builder<Vec<u8>>, dir: &Path, name: &Path) -> std::io::Result<()> {
-    builder.append_dir(name, dir)?;
-    let mut entries: Vec<_> = std::fs::read_dir(dir)?.collect::<Result<_, _>>()?;
-    entries.sort_by_key(|e| e.file_name());
-    for entry in entries {
-        let path = entry.path();
-        let child = name.join(entry.file_name());
-        let kind = entry.file_type()?;
-        if kind.is_dir() {
-            append_tree(builder, &path, &child)?;
-        } else if kind.is_file() {
-            let meta = entry.metadata()?;
-            let mut file = std::fs::File::open(&path)?;
-            let mut head = [0u8; 2];
-            let is_script = std::io::Read::read(&mut file, &mut head)? == 2 && &head == b"#!";
-            std::io::Seek::rewind(&mut file)?;
-            let mut header = tar::Header::new_gnu();
-            header.set_metadata(&meta);
-            let mode = header.mode()?;
-            if is_script && mode & 0o111 == 0 {
-                header.set_mode(mode | 0o755);
-            }
-            builder.append_data(&mut header, &child, file)?;
-        } else {
-            builder.append_path_with_name(&path, &child)?;
-        }
-    }
-    Ok(())
-}
-
 /// A Docker-safe image or container name part: lower case, anything but letters, digits,
 /// `-`, `_` and `.` turned into `-` (`task` when nothing is left).
 pub fn docker_name_part(name: &str) -> String {
@@ -422,138 +281,6 @@ pub fn docker_name_part(name: &str) -> String {
         "task".into()
     } else {
         s
-    }
-}
-
-/// Where [`BuildEnv::ca_bundle`] lands in an image.
-pub const CA_BUNDLE_PATH: &str = "/usr/local/share/agent/host-ca-bundle.crt";
-const CA_CONTEXT_NAME: &str = "agent-host-ca-bundle.crt";
-
-impl BuildEnv {
-    /// The Dockerfile lines that install the CA bundle, right after a `FROM`.
-    fn stage_lines(&self) -> String {
-        if self.ca_bundle.is_none() {
-            return String::new();
-        }
-        let p = CA_BUNDLE_PATH;
-        format!(
-            "COPY {CA_CONTEXT_NAME} {p}\nENV SSL_CERT_FILE={p} REQUESTS_CA_BUNDLE={p} PIP_CERT={p} CURL_CA_BUNDLE={p} GIT_SSL_CAINFO={p} NODE_EXTRA_CA_CERTS={p} UV_NATIVE_TLS=1\n"
-        )
-    }
-}
-
-/// Builds a task's Dockerfile with every `FROM` image resolved through
-/// [`resolve_image`]; returns the tag built.
-pub async fn build_task_image(
-    docker: &Engine,
-    map: &ImageMap,
-    context_dir: &Path,
-    dockerfile: &Path,
-    tag: &str,
-    notice: &mut (dyn FnMut(String) + Send),
-    log: &mut (dyn FnMut(&str) + Send),
-) -> Result<String, SandboxError> {
-    build_task_image_with(docker, map, context_dir, dockerfile, tag, &BuildEnv::default(), notice, log).await
-}
-
-/// [`build_task_image`] with the host's name overrides and CA bundle handed to the build.
-#[allow(clippy::too_many_arguments)]
-pub async fn build_task_image_with(
-    docker: &Engine,
-    map: &ImageMap,
-    context_dir: &Path,
-    dockerfile: &Path,
-    tag: &str,
-    env: &BuildEnv,
-    notice: &mut (dyn FnMut(String) + Send),
-    log: &mut (dyn FnMut(&str) + Send),
-) -> Result<String, SandboxError> {
-    let io = |context: String| move |e| SandboxError::Io { context, source: e };
-    let text = std::fs::read_to_string(dockerfile).map_err(io(format!("read {}", dockerfile.display())))?;
-    let mut stages: Vec<String> = Vec::new();
-    let mut rewritten = String::with_capacity(text.len());
-    for line in text.lines() {
-        let trimmed = line.trim_start();
-        if trimmed.len() >= 5 && trimmed[..5].eq_ignore_ascii_case("FROM ") {
-            let words: Vec<&str> = trimmed[5..].split_whitespace().collect();
-            let flags: Vec<&str> = words.iter().copied().take_while(|w| w.starts_with("--")).collect();
-            let Some(image) = words.get(flags.len()).copied() else {
-                return Err(SandboxError::ImageBuild {
-                    image: tag.into(),
-                    reason: format!("{}: a FROM line names no image", dockerfile.display()),
-                });
-            };
-            let rest = &words[flags.len() + 1..];
-            let resolved = if stages.iter().any(|s| s == image) || image == "scratch" {
-                image.to_string()
-            } else {
-                resolve_image(docker, map, image, notice).await?
-            };
-            if let [as_kw, name] = rest {
-                if as_kw.eq_ignore_ascii_case("as") {
-                    stages.push(name.to_string());
-                }
-            }
-            let mut new_line = String::from("FROM ");
-            for f in flags.iter().filter(|f| !f.starts_with("--platform")) {
-                new_line.push_str(f);
-                new_line.push(' ');
-            }
-            new_line.push_str(&resolved);
-            for w in rest {
-                new_line.push(' ');
-                new_line.push_str(w);
-            }
-            rewritten.push_str(&new_line);
-            rewritten.push('\n');
-            rewritten.push_str(env.stage_lines().trim_end());
-        } else {
-            rewritten.push_str(line);
-        }
-        rewritten.push('\n');
-    }
-    let mut builder = tar::Builder::new(Vec::new());
-    builder.follow_symlinks(false);
-    let packed = if env.exec_shebangs {
-        append_tree(&mut builder, context_dir, Path::new("."))
-    } else {
-        builder.append_dir_all(".", context_dir)
-    };
-    packed.map_err(io(format!("pack the build context {}", context_dir.display())))?;
-    let name = "Dockerfile.agent-resolved";
-    let mut header = tar::Header::new_gnu();
-    header.set_size(rewritten.len() as u64);
-    header.set_mode(0o644);
-    builder.append_data(&mut header, name, rewritten.as_bytes()).map_err(io("pack the rewritten Dockerfile".into()))?;
-    if let Some(ca) = &env.ca_bundle {
-        let mut header = tar::Header::new_gnu();
-        header.set_size(ca.len() as u64);
-        header.set_mode(0o644);
-        builder.append_data(&mut header, CA_CONTEXT_NAME, ca.as_slice()).map_err(io("pack the CA bundle".into()))?;
-    }
-    let context = builder.into_inner().map_err(io("pack the build context".into()))?;
-    let before = docker.api().inspect_image(tag).await.ok().and_then(|i| i.id);
-    run_build_with(docker, tag, name, context, env, log).await?;
-    remove_replaced(docker, tag, before).await;
-    Ok(tag.to_string())
-}
-
-/// Removes the image `tag` named before a rebuild moved the tag elsewhere, so that
-/// rebuilds leave no dangling images. One still in use or tagged otherwise stays (the
-/// engine refuses; nothing is forced).
-async fn remove_replaced(docker: &Engine, tag: &str, before: Option<String>) {
-    let Some(old) = before else { return };
-    let now = docker.api().inspect_image(tag).await.ok().and_then(|i| i.id);
-    if now.as_deref() == Some(old.as_str()) {
-        return;
-    }
-    let untagged =
-        docker.api().inspect_image(&old).await.ok().is_some_and(|i| i.repo_tags.unwrap_or_default().is_empty());
-    if untagged {
-        let opts = bollard::image::RemoveImageOptions { force: false, noprune: false };
-        if let Err(e) = docker.api().remove_image(&old, Some(opts), None).await {
-            tracing::debug!("kept the replaced image {old}: {e}");
-        }
     }
 }
 
@@ -581,40 +308,6 @@ mod tests {
     fn tags_split_off_registry_ports_correctly() {
         assert_eq!(split_tag("localhost:5000/img"), ("localhost:5000/img", "latest"));
         assert_eq!(split_tag("debian:bookworm"), ("debian", "bookworm"));
-    }
-
-    #[test]
-    fn a_ca_bundle_is_installed_and_named_in_every_stage() {
-        assert_eq!(BuildEnv::default().stage_lines(), "");
-        let env = BuildEnv { ca_bundle: Some(b"pem".to_vec()), ..Default::default() };
-        let lines = env.stage_lines();
-        assert!(lines.starts_with(&format!("COPY {CA_CONTEXT_NAME} {CA_BUNDLE_PATH}\n")), "{lines}");
-        for var in ["SSL_CERT_FILE", "REQUESTS_CA_BUNDLE", "PIP_CERT", "CURL_CA_BUNDLE"] {
-            assert!(lines.contains(&format!("{var}={CA_BUNDLE_PATH}")), "{var}: {lines}");
-        }
-    }
-
-    #[test]
-    fn scripts_without_execute_bits_get_them_and_other_files_keep_theirs() {
-        use std::os::unix::fs::PermissionsExt;
-        let d = tempfile::tempdir().unwrap();
-        std::fs::create_dir(d.path().join("sub")).unwrap();
-        std::fs::write(d.path().join("sub/tool.py"), "#!/usr/bin/env python3\n").unwrap();
-        std::fs::write(d.path().join("data.txt"), "#").unwrap();
-        for f in ["sub/tool.py", "data.txt"] {
-            std::fs::set_permissions(d.path().join(f), std::fs::Permissions::from_mode(0o444)).unwrap();
-        }
-        let mut b = tar::Builder::new(Vec::new());
-        append_tree(&mut b, d.path(), Path::new(".")).unwrap();
-        let bytes = b.into_inner().unwrap();
-        let mut modes = BTreeMap::new();
-        for e in tar::Archive::new(bytes.as_slice()).entries().unwrap() {
-            let e = e.unwrap();
-            let path = e.path().unwrap().display().to_string();
-            modes.insert(path.trim_start_matches("./").to_string(), e.header().mode().unwrap());
-        }
-        assert_eq!(modes["sub/tool.py"] & 0o777, 0o755, "{modes:?}");
-        assert_eq!(modes["data.txt"] & 0o777, 0o444, "{modes:?}");
     }
 
     #[test]

@@ -1,18 +1,26 @@
 //! Docker sandboxes through bollard: one container per episode, a persistent shell in
 //! it, byte-exact file operations, local images without any registry, and clean-up of
-//! every container a run creates.
+//! every container, network and volume a run creates.
 
+mod build;
 mod container;
 mod docker;
 mod error;
 mod exec;
 mod files;
 mod image;
+mod mount;
 mod network;
 mod output;
+mod port;
 mod prune;
 mod shell;
+mod standin;
+mod volume;
 
+pub use build::{
+    build_task_image, build_task_image_with, dockerfile_from_images, BuildEnv, BuilderChoice, CA_BUNDLE_PATH,
+};
 pub use container::{
     cleanup_registered, ContainerConfig, ContainerProcess, Sandbox, LABEL_EPISODE, LABEL_OWNER, LABEL_RUN,
 };
@@ -21,10 +29,14 @@ pub use error::SandboxError;
 pub use exec::{exec_capture, exec_streaming, ExecOutput, StreamedExit};
 pub use files::{resolve_path, FileData, FileKind, MAX_FILE_BYTES};
 pub use image::{
-    build_base_image, build_task_image, build_task_image_with, docker_name_part, image_exists, resolve_image,
-    BaseImageOptions, BuildEnv, ImageMap, BASE_IMAGE, CA_BUNDLE_PATH,
+    build_base_image, docker_name_part, image_exists, resolve_image, resolve_image_with, BaseImageOptions, ImageMap,
+    BASE_IMAGE,
 };
+pub use mount::Mount;
 pub use network::{remove_run_networks, Network};
 pub use output::{sanitize, OutputCollector};
-pub use prune::{owner_label, prune, remove_own_settled, remove_run, remove_run_settled, PruneScope};
+pub use port::{PublishedPort, PUBLISH_ADDRESS};
+pub use prune::{owner_label, prune, remove_own_settled, remove_run, remove_run_settled, PruneScope, Removed};
 pub use shell::{shell_quote, CommandResult, Shell};
+pub use standin::{build_standins, standin_for, Standin, TRIXIE_BASE_IMAGE};
+pub use volume::Volume;

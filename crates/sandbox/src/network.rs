@@ -1,15 +1,13 @@
 //! Private networks for tasks with several services, labelled like the containers so
 //! that every clean-up path finds them.
 
-use std::collections::HashMap;
-
 use bollard::models::EndpointSettings;
 use bollard::network::{ConnectNetworkOptions, CreateNetworkOptions, ListNetworksOptions};
 
-use super::container::{Sandbox, LABEL_EPISODE, LABEL_OWNER, LABEL_RUN};
+use super::container::{Sandbox, LABEL_RUN};
 use super::docker::Engine;
 use super::error::SandboxError;
-use super::prune::{label_filter, owner_label};
+use super::prune::{label_filter, resource_labels};
 
 /// A bridge network of one episode.
 #[derive(Debug)]
@@ -28,11 +26,7 @@ impl Network {
         episode_id: &str,
         internal: bool,
     ) -> Result<Network, SandboxError> {
-        let labels = HashMap::from([
-            (LABEL_RUN.to_string(), run_id.to_string()),
-            (LABEL_EPISODE.to_string(), episode_id.to_string()),
-            (LABEL_OWNER.to_string(), owner_label()),
-        ]);
+        let labels = resource_labels(run_id, episode_id);
         let opts = CreateNetworkOptions {
             name: name.to_string(),
             driver: "bridge".to_string(),

@@ -1,13 +1,14 @@
-//! Finding and removing containers left behind by crashed runs.
+//! Finding and removing containers, networks and volumes left behind by crashed runs.
 
 use std::collections::HashMap;
 
 use super::docker::Engine;
 use bollard::container::{ListContainersOptions, RemoveContainerOptions};
 
-use super::container::{LABEL_OWNER, LABEL_RUN};
+use super::container::{LABEL_EPISODE, LABEL_OWNER, LABEL_RUN};
 use super::error::SandboxError;
 use super::network::{count_labelled_networks, remove_labelled_networks};
+use super::volume::{count_labelled_volumes, labelled_volumes, remove_labelled_volumes};
 
 /// Which sandbox containers to remove.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -53,6 +54,16 @@ fn owner_alive(owner: &str) -> bool {
     process_start_ticks(pid) == Some(start)
 }
 
+/// The labels of everything an episode creates (containers, networks, volumes): its
+/// run, its episode and the owning process, which the clean-up paths select by.
+pub(crate) fn resource_labels(run_id: &str, episode_id: &str) -> HashMap<String, String> {
+    HashMap::from([
+        (LABEL_RUN.to_string(), run_id.to_string()),
+        (LABEL_EPISODE.to_string(), episode_id.to_string()),
+        (LABEL_OWNER.to_string(), owner_label()),
+    ])
+}
+
 /// The engine's list filter for a label (`key` or `key=value`).
 pub(crate) fn label_filter(label: &str) -> HashMap<String, Vec<String>> {
     HashMap::from([("label".to_string(), vec![label.to_string()])])
@@ -65,11 +76,28 @@ fn in_scope(labels: Option<&HashMap<String, String>>, scope: PruneScope) -> bool
     scope == PruneScope::All || !owner_alive(owner)
 }
 
-/// Removes sandbox containers in `scope`, then the networks of multi-service tasks by
-/// the same owner rule; returns the names removed (networks as `network NAME`).
+/// Removes sandbox containers in `scope`, then the networks and volumes of
+/// multi-service tasks by the same owner rule; returns the names removed (networks as
+/// `network NAME`, volumes as `volume NAME`).
 pub async fn prune(engine: &Engine, scope: PruneScope) -> Result<Vec<String>, SandboxError> {
     let mut removed = prune_containers(engine, scope).await?;
     removed.extend(prune_networks(engine, scope).await?);
+    removed.extend(prune_volumes(engine, scope).await?);
+    Ok(removed)
+}
+
+async fn prune_volumes(engine: &Engine, scope: PruneScope) -> Result<Vec<String>, SandboxError> {
+    let mut removed = Vec::new();
+    for (name, labels) in labelled_volumes(engine, LABEL_RUN).await? {
+        if !in_scope(Some(&labels), scope) {
+            continue;
+        }
+        let opts = bollard::volume::RemoveVolumeOptions { force: true };
+        match engine.api().remove_volume(&name, Some(opts)).await {
+            Ok(()) => removed.push(format!("volume {name}")),
+            Err(e) => tracing::warn!("could not remove leftover volume {name}: {e}"),
+        }
+    }
     Ok(removed)
 }
 
@@ -150,27 +178,49 @@ async fn count_labelled(docker: &Engine, label: &str) -> usize {
     docker.api().list_containers(Some(opts)).await.map(|l| l.len()).unwrap_or(1)
 }
 
-/// Removes every container and network of `run_id` until nothing of the run is left:
-/// after an interrupt, a create call that was in flight can finish (or still be
-/// finishing, which makes its removal fail) after the first pass. Returns how many
-/// containers and networks were removed.
-pub async fn remove_run_settled(engine: &Engine, run_id: &str) -> (usize, usize) {
+/// How many of each kind a clean-up removed.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Removed {
+    pub containers: usize,
+    pub networks: usize,
+    pub volumes: usize,
+}
+
+impl Removed {
+    /// Whether anything was removed.
+    pub fn any(&self) -> bool {
+        self.containers + self.networks + self.volumes > 0
+    }
+}
+
+/// Removes every container, network and volume of `run_id` until nothing of the run is
+/// left: after an interrupt, a create call that was in flight can finish (or still be
+/// finishing, which makes its removal fail) after the first pass.
+pub async fn remove_run_settled(engine: &Engine, run_id: &str) -> Removed {
     remove_settled(engine, &format!("{LABEL_RUN}={run_id}")).await
 }
 
 /// Like [`remove_run_settled`] for everything this process created, whatever its run
 /// (a trainer's rollouts run under many run ids).
-pub async fn remove_own_settled(engine: &Engine) -> (usize, usize) {
+pub async fn remove_own_settled(engine: &Engine) -> Removed {
     remove_settled(engine, &format!("{LABEL_OWNER}={}", owner_label())).await
 }
 
-async fn remove_settled(engine: &Engine, label: &str) -> (usize, usize) {
-    let mut total = (0, 0);
+/// Containers, networks and volumes still carrying `label`.
+async fn count_left(engine: &Engine, label: &str) -> usize {
+    count_labelled(engine, label).await
+        + count_labelled_networks(engine, label).await
+        + count_labelled_volumes(engine, label).await
+}
+
+async fn remove_settled(engine: &Engine, label: &str) -> Removed {
+    let mut total = Removed::default();
     for pass in 0..20 {
-        let containers = remove_labelled(engine, label).await.unwrap_or(0);
-        let networks = remove_labelled_networks(engine, label).await;
-        total = (total.0 + containers, total.1 + networks);
-        if pass >= 1 && count_labelled(engine, label).await + count_labelled_networks(engine, label).await == 0 {
+        // Containers first: a network or volume in use cannot be removed.
+        total.containers += remove_labelled(engine, label).await.unwrap_or(0);
+        total.networks += remove_labelled_networks(engine, label).await;
+        total.volumes += remove_labelled_volumes(engine, label).await;
+        if pass >= 1 && count_left(engine, label).await == 0 {
             break;
         }
         tokio::time::sleep(std::time::Duration::from_millis(300)).await;

@@ -257,18 +257,26 @@ impl RunningEpisode {
     /// Waits up to `grace` for the session to end (call it once the event stream is
     /// closed, or after `Op::Shutdown`), then removes the container if the episode
     /// owns it, whatever happened.
-    pub async fn finish(mut self, grace: Duration) -> EpisodeOutcome {
-        let outcome = match tokio::time::timeout(grace, &mut self.handle.join).await {
-            Ok(Ok((summary, _executor))) => EpisodeOutcome::Ended(summary),
-            Ok(Err(e)) => EpisodeOutcome::Failed(e.to_string()),
+    pub async fn finish(self, grace: Duration) -> EpisodeOutcome {
+        self.finish_keeping_shell(grace).await.0
+    }
+
+    /// [`RunningEpisode::finish`], handing back the episode's shell as the agent left it
+    /// (its cwd, exported variables and background jobs) when the session ended in time
+    /// and the container is the caller's; otherwise `None`.
+    pub async fn finish_keeping_shell(mut self, grace: Duration) -> (EpisodeOutcome, Option<Shell>) {
+        let (outcome, executor) = match tokio::time::timeout(grace, &mut self.handle.join).await {
+            Ok(Ok((summary, executor))) => (EpisodeOutcome::Ended(summary), Some(executor)),
+            Ok(Err(e)) => (EpisodeOutcome::Failed(e.to_string()), None),
             Err(_) => {
                 self.handle.join.abort();
-                EpisodeOutcome::Hung
+                (EpisodeOutcome::Hung, None)
             }
         };
         if self.owned {
             self.sandbox.remove().await;
+            return (outcome, None);
         }
-        outcome
+        (outcome, executor.map(ToolExecutor::into_shell))
     }
 }

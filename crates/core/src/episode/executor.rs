@@ -90,6 +90,12 @@ impl ToolExecutor {
         &self.shell
     }
 
+    /// The shell, for a caller that goes on using it after the episode (a bench trial
+    /// whose tests run in the agent's own shell session).
+    pub fn into_shell(self) -> Shell {
+        self.shell
+    }
+
     /// The agent's todo list.
     pub fn todos(&self) -> &TodoList {
         &self.todos
