@@ -161,6 +161,11 @@ pub async fn run(args: TuiArgs, config: Config, local: agent_core::llm::LocalMod
                 approval: args.approval.into(),
                 context_tokens: limits.context_tokens,
                 files: popup::scan_workspace(&cwd),
+                commands: agent_tui::custom_commands::load(
+                    &cwd,
+                    agent_tui::custom_commands::user_dir().as_deref(),
+                    &popup::SLASH_COMMANDS.iter().map(|c| c.name).collect::<Vec<_>>(),
+                ),
             },
             sessions_dir: sessions_dir.clone(),
             resume,

@@ -13,6 +13,7 @@ use agent_protocol::{ApprovalDecision, ApprovalMode, Event, Op, TokenUsage};
 use super::cell::{CellKind, ToolCell, ToolStatus};
 use super::commands::run_slash;
 use super::composer::Composer;
+use super::custom_commands::CustomCommand;
 use super::popup::{file_popup, slash_popup, Popup, PopupKind};
 pub use super::shell_cmd::strip_shell_notes;
 use super::transcript::Transcript;
@@ -86,6 +87,8 @@ pub struct AppConfig {
     pub context_tokens: u64,
     /// Workspace files for `@path` completion.
     pub files: Vec<String>,
+    /// Custom slash commands (`.agent/commands/`, `~/.config/agent/commands/`).
+    pub commands: Vec<CustomCommand>,
 }
 
 /// The whole UI state.
@@ -107,6 +110,8 @@ pub struct App {
     workspace_root: std::path::PathBuf,
     files_listed: Instant,
     pub(super) last_todo: Option<String>,
+    /// Custom slash commands, listed after the built-in ones.
+    pub(super) commands: Vec<CustomCommand>,
     /// When the streaming reply's first text came, and its bytes since.
     pub(crate) stream: Option<(Instant, usize)>,
     /// When the turn's work began (for the working indicator's elapsed time).
@@ -168,6 +173,7 @@ impl App {
             workspace_root: std::path::PathBuf::from(&cfg.workspace),
             files_listed: Instant::now(),
             last_todo: None,
+            commands: cfg.commands,
             stream: None,
             busy_since: None,
             prompt_progress: None,
@@ -369,7 +375,8 @@ impl App {
             self.refresh_files();
         }
         let text = self.composer.text();
-        let popup = slash_popup(text).or_else(|| self.composer.at_word().and_then(|w| file_popup(w, &self.files)));
+        let popup = slash_popup(text, &self.commands)
+            .or_else(|| self.composer.at_word().and_then(|w| file_popup(w, &self.files)));
         // A command typed out in full needs no popup.
         let popup = popup.filter(|p| !(p.items.len() == 1 && p.items[0].0 == text));
         self.popup = match (self.popup.take(), popup) {
@@ -423,7 +430,7 @@ impl App {
 
     /// Starts a turn with `text`, showing `shown` in the transcript (a large paste stays
     /// a placeholder there, as in the composer).
-    fn user_turn_shown(&mut self, text: String, shown: String) -> Vec<Effect> {
+    pub(super) fn user_turn_shown(&mut self, text: String, shown: String) -> Vec<Effect> {
         self.transcript.push(CellKind::User { text: shown });
         let attached = super::attach::attach_mentions(&text, &self.workspace_root);
         for note in &attached.notes {

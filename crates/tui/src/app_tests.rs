@@ -9,6 +9,7 @@ fn app() -> App {
         approval: ApprovalMode::Ask,
         context_tokens: 32_768,
         files: vec!["src/main.rs".into()],
+        commands: Vec::new(),
     })
 }
 
@@ -220,6 +221,7 @@ fn at_completion_sees_files_created_since_start_and_the_message_carries_them() {
         approval: ApprovalMode::Ask,
         context_tokens: 32_768,
         files: Vec::new(),
+        commands: Vec::new(),
     });
     std::fs::write(dir.path().join("notes.txt"), "remember the kumquat\n").unwrap();
     // The list is at most two seconds old when the popup opens.

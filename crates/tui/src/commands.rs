@@ -22,6 +22,9 @@ pub fn run_slash(app: &mut App, line: &str) -> Vec<Effect> {
             for c in SLASH_COMMANDS {
                 text.push_str(&format!("  /{:<9} {}\n", c.name, c.help));
             }
+            for c in &app.commands {
+                text.push_str(&format!("  /{:<9} {}\n", c.name, c.popup_line()));
+            }
             text.push_str(KEYS_HELP);
             app.info(text);
             Vec::new()
@@ -97,10 +100,17 @@ pub fn run_slash(app: &mut App, line: &str) -> Vec<Effect> {
             app.should_quit = true;
             vec![Effect::Quit]
         }
-        other => {
-            app.error(format!("unknown command /{other} (see /help)"));
-            Vec::new()
-        }
+        other => match app.commands.iter().find(|c| c.name == other) {
+            // The transcript shows the command as typed; the model gets the prompt.
+            Some(c) => {
+                let prompt = c.expand(arg.unwrap_or(""));
+                app.user_turn_shown(prompt, line.trim().to_string())
+            }
+            None => {
+                app.error(format!("unknown command /{other} (see /help)"));
+                Vec::new()
+            }
+        },
     }
 }
 
@@ -129,6 +139,7 @@ mod tests {
             approval: ApprovalMode::Auto,
             context_tokens: 1000,
             files: Vec::new(),
+            commands: Vec::new(),
         })
     }
 
@@ -137,6 +148,20 @@ mod tests {
             Some(CellKind::Info { text } | CellKind::Error { text }) => text.clone(),
             other => panic!("expected a message cell, got {other:?}"),
         }
+    }
+
+    #[test]
+    fn a_custom_command_sends_its_prompt_and_shows_what_was_typed() {
+        use super::super::custom_commands::{parse, Scope};
+        let mut a = app();
+        a.commands = vec![parse("fix", "Fix issue #$1, then run $ARGUMENTS-free tests.", Scope::Project)];
+        let effects = run_slash(&mut a, "/fix 42");
+        assert_eq!(effects, vec![Effect::Op(Op::UserTurn { text: "Fix issue #42, then run 42-free tests.".into() })]);
+        assert!(matches!(a.transcript.cells().next_back(), Some(CellKind::User { text }) if text == "/fix 42"));
+        run_slash(&mut a, "/help");
+        assert!(last_text(&a).contains("/fix"), "{}", last_text(&a));
+        run_slash(&mut a, "/nope");
+        assert!(last_text(&a).contains("unknown command /nope"));
     }
 
     #[test]

@@ -9,6 +9,7 @@ mod attach;
 pub mod cell;
 mod commands;
 pub mod composer;
+pub mod custom_commands;
 mod diff;
 mod highlight;
 mod markdown;

@@ -43,6 +43,7 @@ fn app() -> App {
         approval: ApprovalMode::Auto,
         context_tokens: 32_768,
         files: Vec::new(),
+        commands: Vec::new(),
     })
 }
 

@@ -2,6 +2,8 @@
 
 use std::path::Path;
 
+use super::custom_commands::CustomCommand;
+
 /// A slash command and its one-line help.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SlashCommand {
@@ -55,8 +57,9 @@ impl Popup {
     }
 }
 
-/// The slash popup for the composer's text, if it is a command being typed.
-pub fn slash_popup(text: &str) -> Option<Popup> {
+/// The slash popup for the composer's text, if it is a command being typed: the
+/// built-in commands, then the custom ones.
+pub fn slash_popup(text: &str, custom: &[CustomCommand]) -> Option<Popup> {
     let typed = text.strip_prefix('/')?;
     if typed.contains(char::is_whitespace) {
         return None;
@@ -65,6 +68,7 @@ pub fn slash_popup(text: &str) -> Option<Popup> {
         .iter()
         .filter(|c| c.name.starts_with(typed))
         .map(|c| (format!("/{}", c.name), c.help.to_string()))
+        .chain(custom.iter().filter(|c| c.name.starts_with(typed)).map(|c| (format!("/{}", c.name), c.popup_line())))
         .collect();
     (!items.is_empty()).then_some(Popup { kind: PopupKind::Slash, items, selected: 0 })
 }
@@ -128,12 +132,12 @@ mod tests {
 
     #[test]
     fn slash_filters_by_prefix() {
-        let p = slash_popup("/c").unwrap();
+        let p = slash_popup("/c", &[]).unwrap();
         let names: Vec<&str> = p.items.iter().map(|(n, _)| n.as_str()).collect();
         assert_eq!(names, vec!["/clear", "/compact", "/cost"]);
-        assert!(slash_popup("/model x").is_none());
-        assert!(slash_popup("hello").is_none());
-        assert_eq!(slash_popup("/").unwrap().items.len(), SLASH_COMMANDS.len());
+        assert!(slash_popup("/model x", &[]).is_none());
+        assert!(slash_popup("hello", &[]).is_none());
+        assert_eq!(slash_popup("/", &[]).unwrap().items.len(), SLASH_COMMANDS.len());
     }
 
     #[test]

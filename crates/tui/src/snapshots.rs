@@ -18,6 +18,7 @@ fn app(mode: ApprovalMode) -> App {
         approval: mode,
         context_tokens: 32_768,
         files: vec!["src/main.rs".into(), "src/lib.rs".into()],
+        commands: Vec::new(),
     });
     a.on_core(Event::SessionConfigured {
         run_id: "r".into(),
@@ -217,4 +218,20 @@ fn a_table_and_links_in_an_answer() {
     assert!(t.contains("crate │ lines │ role") && t.contains("core  │  9000 │ loop"), "{t}");
     assert!(t.contains("the docs (https://docs.rs/ratatui)") && !t.contains("## Crates"), "{t}");
     assert_snapshot!("table_and_links", b);
+}
+
+#[test]
+fn custom_commands_in_the_slash_popup() {
+    use super::custom_commands::{parse, Scope};
+    let mut a = app(ApprovalMode::Auto);
+    a.commands = vec![
+        parse("review", "---\ndescription: Review the diff\nargument-hint: [file]\n---\nReview $1.", Scope::Project),
+        parse("release-notes", "# Draft release notes from the log\n", Scope::User),
+    ];
+    type_text(&mut a, "/re");
+    let b = screen(&mut a, 80, 20);
+    let t = text_of(&b);
+    assert!(t.contains("/resume") && t.contains("/review") && t.contains("Review the diff [file] (project)"), "{t}");
+    assert!(t.contains("/release-notes") && t.contains("(user)"), "{t}");
+    assert_snapshot!("custom_commands_popup", b);
 }
