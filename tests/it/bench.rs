@@ -391,11 +391,12 @@ fn a_killed_multi_service_run_is_swept_by_the_next_process() {
     }
     child.kill().unwrap();
     child.wait().unwrap();
-    assert!(!support::networks_of_run(&id).is_empty(), "the killed run should have left its network");
+    // The next process sweeps what the killed one left: this `prune`, or the start-up
+    // sweep of an `agent bench` another test starts meanwhile (so the report may not
+    // name it).
     let o = Command::new(support::agent_bin()).args(["sandbox", "prune"]).output().unwrap();
     let text = String::from_utf8_lossy(&o.stdout);
     assert!(o.status.success(), "{text}");
-    assert!(text.contains("removed network"), "{text}");
     assert_nothing_left(&id);
 }
 

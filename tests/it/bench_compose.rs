@@ -165,11 +165,12 @@ fn a_killed_runs_volume_is_swept_by_prune() {
     }
     child.kill().unwrap();
     child.wait().unwrap();
-    assert!(!volumes_of_run(&id).is_empty(), "the killed run should have left its volume");
+    // SIGKILL leaves the volume; the next process sweeps it: this `prune`, or the
+    // start-up sweep of an `agent bench` another test starts meanwhile (so the report
+    // may not name it).
     let o = Command::new(support::agent_bin()).args(["sandbox", "prune"]).output().unwrap();
     let text = String::from_utf8_lossy(&o.stdout);
     assert!(o.status.success(), "{text}");
-    assert!(text.contains("removed volume agent-bench-"), "{text}");
     assert_nothing_left(&id);
     support::remove_bench_images(&["compose-mounts"]);
 }

@@ -80,8 +80,18 @@ fn in_scope(labels: Option<&HashMap<String, String>>, scope: PruneScope) -> bool
 /// multi-service tasks by the same owner rule; returns the names removed (networks as
 /// `network NAME`, volumes as `volume NAME`).
 pub async fn prune(engine: &Engine, scope: PruneScope) -> Result<Vec<String>, SandboxError> {
-    let mut removed = prune_containers(engine, scope).await?;
-    removed.extend(prune_networks(engine, scope).await?);
+    let mut removed = Vec::new();
+    // A killed process's last request may still create a container after the listing;
+    // the network it joined then refuses removal. A few rounds let that settle.
+    for round in 0..3 {
+        removed.extend(prune_containers(engine, scope).await?);
+        let (networks, refused) = prune_networks(engine, scope).await?;
+        removed.extend(networks);
+        if refused == 0 || round == 2 {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    }
     removed.extend(prune_volumes(engine, scope).await?);
     Ok(removed)
 }
@@ -101,13 +111,15 @@ async fn prune_volumes(engine: &Engine, scope: PruneScope) -> Result<Vec<String>
     Ok(removed)
 }
 
-async fn prune_networks(engine: &Engine, scope: PruneScope) -> Result<Vec<String>, SandboxError> {
+/// Removes the networks in scope; returns those removed and how many refused.
+async fn prune_networks(engine: &Engine, scope: PruneScope) -> Result<(Vec<String>, usize), SandboxError> {
     let list = engine
         .api()
         .list_networks(Some(bollard::network::ListNetworksOptions { filters: label_filter(LABEL_RUN) }))
         .await
         .map_err(|e| SandboxError::docker("list sandbox networks", e))?;
     let mut removed = Vec::new();
+    let mut refused = 0;
     for net in list {
         let Some(id) = net.id else { continue };
         if !in_scope(net.labels.as_ref(), scope) {
@@ -115,10 +127,13 @@ async fn prune_networks(engine: &Engine, scope: PruneScope) -> Result<Vec<String
         }
         match engine.api().remove_network(&id).await {
             Ok(()) => removed.push(format!("network {}", net.name.unwrap_or(id))),
-            Err(e) => tracing::warn!("could not remove leftover network {id}: {e}"),
+            Err(e) => {
+                refused += 1;
+                tracing::warn!("could not remove leftover network {id}: {e}");
+            }
         }
     }
-    Ok(removed)
+    Ok((removed, refused))
 }
 
 async fn prune_containers(docker: &Engine, scope: PruneScope) -> Result<Vec<String>, SandboxError> {
