@@ -2,30 +2,65 @@
 //! fixtures for every failure mode.
 
 use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
 use crate::support;
+use crate::support::assert_nothing_left;
 
 /// The two tests on the `slow-ok` fixture build and remove the same image; they take
 /// turns so that one never removes it under the other.
 static SLOW_OK: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
-/// Runs `agent bench ARGS` into `out`; returns (exit status, stdout+stderr, results.json).
-pub(crate) fn bench(out: &Path, run_id: &str, args: &[&str], tasks: &[&Path]) -> (i32, String, Value) {
+/// `agent bench --quiet --run-id RUN_ID --output OUT ARGS TASKS`, not yet run.
+pub(crate) fn bench_command(out: &Path, run_id: &str, args: &[&str], tasks: &[&Path]) -> Command {
     let mut cmd = Command::new(support::agent_bin());
     cmd.args(["bench", "--quiet", "--run-id", run_id, "--output"]).arg(out).args(args);
     for t in tasks {
         cmd.arg(t);
     }
-    let o = cmd.output().expect("run agent bench");
-    let text = format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
-    let results = std::fs::read_to_string(out.join("results.json"))
+    cmd
+}
+
+/// The run's `results.json`, or `Null` when it was not written.
+pub(crate) fn results(out: &Path) -> Value {
+    std::fs::read_to_string(out.join("results.json"))
         .map(|t| serde_json::from_str(&t).expect("results.json is JSON"))
-        .unwrap_or(Value::Null);
-    (o.status.code().unwrap_or(-1), text, results)
+        .unwrap_or(Value::Null)
+}
+
+/// Runs `agent bench ARGS` into `out`; returns (exit status, stdout+stderr, results.json).
+pub(crate) fn bench(out: &Path, run_id: &str, args: &[&str], tasks: &[&Path]) -> (i32, String, Value) {
+    let o = bench_command(out, run_id, args, tasks).output().expect("run agent bench");
+    let text = format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
+    (o.status.code().unwrap_or(-1), text, results(out))
+}
+
+/// Kills `child` with SIGKILL once `up` holds (its resources exist), then runs `agent
+/// sandbox prune` and checks that nothing of `run_id` is left. The next process sweeps
+/// what the killed one left: this `prune`, or the start-up sweep of an `agent bench`
+/// another test starts meanwhile (so the report may not name it).
+pub(crate) fn kill_when_up_then_prune(
+    mut child: Child,
+    run_id: &str,
+    up: impl Fn() -> bool,
+    what: &str,
+    limit: Duration,
+) {
+    let deadline = Instant::now() + limit;
+    while !up() {
+        assert!(Instant::now() < deadline, "{what} never came up");
+        assert!(child.try_wait().unwrap().is_none(), "the run ended before it could be killed");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let o = Command::new(support::agent_bin()).args(["sandbox", "prune"]).output().unwrap();
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success(), "{text}");
+    support::assert_nothing_left(run_id);
 }
 
 pub(crate) fn trial<'a>(results: &'a Value, task: &str, attempt: u64) -> &'a Value {
@@ -33,11 +68,6 @@ pub(crate) fn trial<'a>(results: &'a Value, task: &str, attempt: u64) -> &'a Val
         .as_array()
         .and_then(|t| t.iter().find(|t| t["task"] == task && t["attempt"] == attempt))
         .unwrap_or_else(|| panic!("no trial {task}#{attempt} in {results}"))
-}
-
-pub(crate) fn assert_nothing_left(run_id: &str) {
-    assert_eq!(support::containers_of_run(run_id), Vec::<String>::new(), "containers left by {run_id}");
-    assert_eq!(support::networks_of_run(run_id), Vec::<String>::new(), "networks left by {run_id}");
 }
 
 pub(crate) fn run_id(tag: &str) -> String {
@@ -375,29 +405,14 @@ fn a_killed_multi_service_run_is_swept_by_the_next_process() {
     rt.block_on(support::docker());
     let dir = tempfile::tempdir().unwrap();
     let id = run_id("kill9");
-    let mut child = Command::new(support::agent_bin())
-        .args(["bench", "--quiet", "--agent", "nop", "--run-id", &id, "--output"])
-        .arg(dir.path().join("r"))
-        .arg(support::tb1_task("simple-web-scraper"))
+    let scraper = support::tb1_task("simple-web-scraper");
+    let child = bench_command(&dir.path().join("r"), &id, &["--agent", "nop"], &[&scraper])
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(900);
-    while support::networks_of_run(&id).is_empty() || support::containers_of_run(&id).is_empty() {
-        assert!(Instant::now() < deadline, "the task's network and containers never came up");
-        assert!(child.try_wait().unwrap().is_none(), "the run ended before it could be killed");
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    child.kill().unwrap();
-    child.wait().unwrap();
-    // The next process sweeps what the killed one left: this `prune`, or the start-up
-    // sweep of an `agent bench` another test starts meanwhile (so the report may not
-    // name it).
-    let o = Command::new(support::agent_bin()).args(["sandbox", "prune"]).output().unwrap();
-    let text = String::from_utf8_lossy(&o.stdout);
-    assert!(o.status.success(), "{text}");
-    assert_nothing_left(&id);
+    let up = || !support::networks_of_run(&id).is_empty() && !support::containers_of_run(&id).is_empty();
+    kill_when_up_then_prune(child, &id, up, "the task's network and containers", Duration::from_secs(900));
 }
 
 #[test]

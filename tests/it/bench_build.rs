@@ -4,8 +4,9 @@
 
 use std::process::Command;
 
-use crate::bench::{assert_nothing_left, bench, run_id, trial};
+use crate::bench::{bench, bench_command, results, run_id, trial};
 use crate::support;
+use crate::support::assert_nothing_left;
 
 /// Both tests build the `heredoc-cache` image under the same tag.
 static HEREDOC: std::sync::Mutex<()> = std::sync::Mutex::new(());
@@ -63,17 +64,11 @@ fn the_classic_builder_reads_the_same_heredocs_and_cache_mounts() {
     let id = run_id("classic");
     let task = support::fixture("bench/buildkit/heredoc-cache");
     let out = dir.path().join("r");
-    let o = Command::new(support::agent_bin())
-        .env("AGENT_BUILDER", "classic")
-        .args(["bench", "--quiet", "--agent", "oracle", "--run-id", &id, "--output"])
-        .arg(&out)
-        .arg(&task)
-        .output()
-        .unwrap();
+    let o =
+        bench_command(&out, &id, &["--agent", "oracle"], &[&task]).env("AGENT_BUILDER", "classic").output().unwrap();
     let text = format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
     assert_eq!(o.status.code(), Some(0), "{text}");
-    let r: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(out.join("results.json")).unwrap()).unwrap();
+    let r = results(&out);
     let t = trial(&r, "heredoc-cache", 0);
     assert_eq!(t["resolved"], true, "{t:#}\n{}", tests_log(&out, "heredoc-cache"));
     assert!(t["notices"].to_string().contains("classic builder has no cache mounts"), "{t:#}");

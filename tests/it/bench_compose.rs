@@ -10,7 +10,9 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
+use crate::bench::{kill_when_up_then_prune, results, run_id};
 use crate::support;
+use crate::support::assert_nothing_left;
 
 /// The two tests on the `compose-mounts` fixture build and remove the same image; they
 /// take turns so that one never removes it under the other.
@@ -18,21 +20,11 @@ static COMPOSE_MOUNTS: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 /// Runs `agent bench --agent AGENT ARGS TASK` into `out`; returns (exit status, output, results.json).
 fn bench(out: &Path, run_id: &str, agent: &str, args: &[&str], task: &Path) -> (i32, String, Value) {
-    let o = command(out, run_id, agent, args, task).output().expect("run agent bench");
-    let text = format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
-    (o.status.code().unwrap_or(-1), text, results(out))
+    crate::bench::bench(out, run_id, &[&["--agent", agent], args].concat(), &[task])
 }
 
 fn command(out: &Path, run_id: &str, agent: &str, args: &[&str], task: &Path) -> Command {
-    let mut cmd = Command::new(support::agent_bin());
-    cmd.args(["bench", "--quiet", "--agent", agent, "--run-id", run_id, "--output"]).arg(out).args(args).arg(task);
-    cmd
-}
-
-fn results(out: &Path) -> Value {
-    std::fs::read_to_string(out.join("results.json"))
-        .map(|t| serde_json::from_str(&t).expect("results.json is JSON"))
-        .unwrap_or(Value::Null)
+    crate::bench::bench_command(out, run_id, &[&["--agent", agent], args].concat(), &[task])
 }
 
 /// The only trial of a one-task run, with its test log for failure messages.
@@ -44,24 +36,10 @@ fn only_trial(r: &Value, out: &Path) -> (Value, String) {
     (t, log)
 }
 
-fn run_id(tag: &str) -> String {
-    format!("it-{tag}-{}", &uuid::Uuid::new_v4().simple().to_string()[..6])
-}
-
 /// Lines of `docker ARGS` output.
 fn docker_lines(args: &[&str]) -> Vec<String> {
     let out = Command::new("docker").args(args).output().expect("docker");
     String::from_utf8_lossy(&out.stdout).lines().map(str::to_string).filter(|l| !l.is_empty()).collect()
-}
-
-fn volumes_of_run(run_id: &str) -> Vec<String> {
-    docker_lines(&["volume", "ls", "--filter", &format!("label=agent.run={run_id}"), "--format", "{{.Name}}"])
-}
-
-fn assert_nothing_left(run_id: &str) {
-    assert_eq!(support::containers_of_run(run_id), Vec::<String>::new(), "containers left by {run_id}");
-    assert_eq!(support::networks_of_run(run_id), Vec::<String>::new(), "networks left by {run_id}");
-    assert_eq!(volumes_of_run(run_id), Vec::<String>::new(), "volumes left by {run_id}");
 }
 
 /// `GET path` from the host; the body, when the server answered 200.
@@ -152,26 +130,14 @@ fn a_killed_runs_volume_is_swept_by_prune() {
     let dir = tempfile::tempdir().unwrap();
     let id = run_id("volkill");
     let task = support::fixture("bench/compose-mounts");
-    let mut child = command(&dir.path().join("r"), &id, "nop", &[], &task)
+    let child = command(&dir.path().join("r"), &id, "nop", &[], &task)
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(600);
-    while volumes_of_run(&id).is_empty() || support::containers_of_run(&id).is_empty() {
-        assert!(Instant::now() < deadline, "the task's volume and containers never came up");
-        assert!(child.try_wait().unwrap().is_none(), "the run ended before it could be killed");
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    child.kill().unwrap();
-    child.wait().unwrap();
-    // SIGKILL leaves the volume; the next process sweeps it: this `prune`, or the
-    // start-up sweep of an `agent bench` another test starts meanwhile (so the report
-    // may not name it).
-    let o = Command::new(support::agent_bin()).args(["sandbox", "prune"]).output().unwrap();
-    let text = String::from_utf8_lossy(&o.stdout);
-    assert!(o.status.success(), "{text}");
-    assert_nothing_left(&id);
+    // SIGKILL leaves the volume; the next process sweeps it.
+    let up = || !support::volumes_of_run(&id).is_empty() && !support::containers_of_run(&id).is_empty();
+    kill_when_up_then_prune(child, &id, up, "the task's volume and containers", Duration::from_secs(600));
     support::remove_bench_images(&["compose-mounts"]);
 }
 

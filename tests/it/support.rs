@@ -167,6 +167,22 @@ pub fn networks_of_run(run_id: &str) -> Vec<String> {
     String::from_utf8_lossy(&out.stdout).lines().map(str::to_string).filter(|l| !l.is_empty()).collect()
 }
 
+/// Names of the volumes labelled with `run_id`.
+pub fn volumes_of_run(run_id: &str) -> Vec<String> {
+    let out = Command::new("docker")
+        .args(["volume", "ls", "--filter", &format!("label=agent.run={run_id}"), "--format", "{{.Name}}"])
+        .output()
+        .expect("docker volume ls");
+    String::from_utf8_lossy(&out.stdout).lines().map(str::to_string).filter(|l| !l.is_empty()).collect()
+}
+
+/// No container, network or volume of `run_id` is left.
+pub fn assert_nothing_left(run_id: &str) {
+    assert_eq!(containers_of_run(run_id), Vec::<String>::new(), "containers left by {run_id}");
+    assert_eq!(networks_of_run(run_id), Vec::<String>::new(), "networks left by {run_id}");
+    assert_eq!(volumes_of_run(run_id), Vec::<String>::new(), "volumes left by {run_id}");
+}
+
 /// A fixture under `tests/fixtures/`.
 pub fn fixture(path: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures").join(path)

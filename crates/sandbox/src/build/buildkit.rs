@@ -40,6 +40,11 @@ pub(crate) async fn build(
     if version_below(&api, (1, 39)) {
         return Ok(Err(Unsupported(format!("the engine's API {api} predates BuildKit (1.39)"))));
     }
+    if let Endpoint::Other(host) = &engine.info().endpoint {
+        return Ok(Err(Unsupported(format!(
+            "the engine is reached at {host}; BuildKit builds are sent over a unix socket or plain TCP only"
+        ))));
+    }
     let mut query: Vec<(&str, String)> = vec![
         ("version", "2".into()),
         ("t", req.tag.into()),
@@ -55,19 +60,7 @@ pub(crate) async fn build(
     }
     let query = serde_urlencoded::to_string(&query).map_err(|e| BuildFailure::simple(e.to_string()))?;
     let uri = format!("/v{api}/build?{query}");
-    let response = match send(engine, &uri, req.context).await {
-        Ok(Some(r)) => r,
-        Ok(None) => {
-            return Ok(Err(Unsupported(format!(
-                "the engine is reached at {}; BuildKit builds are sent over a unix socket or plain TCP only",
-                match &engine.info().endpoint {
-                    Endpoint::Other(h) => h.as_str(),
-                    _ => "?",
-                }
-            ))))
-        }
-        Err(e) => return Err(BuildFailure::simple(e)),
-    };
+    let response = send(engine, &uri, req.context).await.map_err(BuildFailure::simple)?;
     let status = response.status();
     let mut body = response.into_body();
     if !status.is_success() {
@@ -102,12 +95,8 @@ pub(crate) async fn build(
     Ok(Ok(()))
 }
 
-/// Posts the context to the engine; `None` when the endpoint is not one spoken here.
-async fn send(
-    engine: &Engine,
-    uri: &str,
-    context: Vec<u8>,
-) -> Result<Option<hyper::Response<hyper::body::Incoming>>, String> {
+/// Posts the context to the engine over its unix socket or plain TCP.
+async fn send(engine: &Engine, uri: &str, context: Vec<u8>) -> Result<hyper::Response<hyper::body::Incoming>, String> {
     let request = hyper::Request::post(uri)
         .header("Host", "docker")
         .header("Content-Type", "application/x-tar")
@@ -123,13 +112,13 @@ async fn send(
                     tracing::debug!("BuildKit build connection: {e}");
                 }
             });
-            sender.send_request(request).await.map(Some).map_err(|e| e.to_string())
+            sender.send_request(request).await.map_err(|e| e.to_string())
         }};
     }
     match &engine.info().endpoint {
         Endpoint::Unix(path) => over!(tokio::net::UnixStream::connect(path).await.map_err(unreachable)?),
         Endpoint::Tcp(addr) => over!(tokio::net::TcpStream::connect(addr.as_str()).await.map_err(unreachable)?),
-        Endpoint::Other(_) => Ok(None),
+        Endpoint::Other(host) => Err(format!("the engine at {host} is reached only through bollard")),
     }
 }
 

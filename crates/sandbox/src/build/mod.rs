@@ -214,7 +214,7 @@ async fn build(
     notice: &mut (dyn FnMut(String) + Send),
     log: &mut (dyn FnMut(&str) + Send),
 ) -> Result<(), SandboxError> {
-    let labels = HashMap::from([("agent.image".to_string(), "1".to_string())]);
+    let labels = image_labels();
     if env.builder != BuilderChoice::Classic {
         // A named frontend first, as written; the built-in one when it cannot be had.
         if let Some(frontend) = df.directive("syntax").map(str::to_string) {
@@ -252,7 +252,7 @@ async fn build(
             Err(f) => return Err(f.into_error(tag)),
         }
     }
-    classic_build(docker, source, df, tag, env, &labels, notice, log).await
+    classic_build(docker, source, df, tag, env, notice, log).await
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -273,8 +273,7 @@ async fn classic_fallback(
         });
     }
     notice(format!("built `{tag}` with the engine's classic builder: BuildKit cannot be used ({why})"));
-    let labels = HashMap::from([("agent.image".to_string(), "1".to_string())]);
-    classic_build(docker, source, df, tag, env, &labels, notice, log).await
+    classic_build(docker, source, df, tag, env, notice, log).await
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -284,7 +283,6 @@ async fn classic_build(
     mut df: Dockerfile,
     tag: &str,
     env: &BuildEnv,
-    labels: &HashMap<String, String>,
     notice: &mut (dyn FnMut(String) + Send),
     log: &mut (dyn FnMut(&str) + Send),
 ) -> Result<(), SandboxError> {
@@ -306,7 +304,13 @@ async fn classic_build(
         notice(format!("`{tag}`: `RUN --mount=type=cache` dropped (the classic builder has no cache mounts)"));
     }
     let context = pack(source, env, &df, &extra, tag)?;
-    classic::build(docker, request(tag, source, labels, env, context), log).await.map_err(|f| f.into_error(tag))
+    let labels = image_labels();
+    classic::build(docker, request(tag, source, &labels, env, context), log).await.map_err(|f| f.into_error(tag))
+}
+
+/// The labels every image the sandbox builds carries.
+fn image_labels() -> HashMap<String, String> {
+    HashMap::from([("agent.image".to_string(), "1".to_string())])
 }
 
 fn request<'a>(
