@@ -10,6 +10,7 @@ mod sandbox;
 mod serve;
 mod signals;
 mod train;
+mod train_launch;
 mod tui;
 
 use std::path::PathBuf;

@@ -2,6 +2,7 @@
 
 use std::io::{IsTerminal, Write};
 use std::path::PathBuf;
+use std::sync::Arc;
 
 use anyhow::Context;
 use clap::Args;
@@ -9,9 +10,11 @@ use clap::Args;
 use agent_core::config::Config;
 use agent_train::plan::MemoryPlan;
 use agent_train::preset::{LoraSection, Preset, RolloutEngine};
+use agent_train::dist::{Collective, WorldEnv};
 use agent_train::TrainOptions;
 
 use super::signals::Signals;
+use super::train_launch::{self, LaunchArgs};
 
 /// Arguments of `agent train`.
 #[derive(Debug, Args)]
@@ -53,6 +56,9 @@ pub struct TrainArgs {
     /// No progress bars (one line per step instead).
     #[arg(long)]
     pub no_progress: bool,
+    /// Processes to start on this host.
+    #[command(flatten)]
+    pub launch: LaunchArgs,
 }
 
 /// Runs `agent train`.
@@ -94,6 +100,22 @@ pub async fn run(args: TrainArgs, config: Config) -> anyhow::Result<u8> {
         });
         sft.file = std::path::absolute(file)?.display().to_string();
     }
+    // The world this process belongs to: the one it is launched into (torchrun, SLURM,
+    // our launcher), or the one it is asked to launch.
+    let env = WorldEnv::from_env()?;
+    if let Some(n) = args.launch.nproc_per_node {
+        if env.is_some() {
+            anyhow::bail!(
+                "--nproc-per-node starts the workers itself, but RANK/WORLD_SIZE say this process already is one \
+                 (started by torchrun or SLURM?): drop one of the two"
+            );
+        }
+        preset.hardware.gpus_per_node = n;
+        preset.hardware.nodes = args.launch.nnodes;
+    } else if let Some(w) = &env {
+        preset.hardware.gpus_per_node = w.local_world_size;
+        preset.hardware.nodes = w.nodes();
+    }
     preset.validate()?;
     if args.dry_run {
         let shape = match &preset.model.shape {
@@ -112,47 +134,150 @@ pub async fn run(args: TrainArgs, config: Config) -> anyhow::Result<u8> {
         Some(o) => o.clone(),
         None => PathBuf::from("runs").join(format!("train-{}-{}", preset.name, timestamp())),
     };
-    let log = |line: String| eprintln!("● {line}");
+    if let Some(n) = args.launch.nproc_per_node {
+        if args.sft.is_some() {
+            anyhow::bail!("--sft runs in one process: drop --nproc-per-node");
+        }
+        let docker = agent_sandbox::connect().await?;
+        super::bench::sweep_orphans(&docker).await;
+        return train_launch::launch(&args.launch, n, &out, &docker).await;
+    }
+    let rank = env.as_ref().map_or(0, |w| w.rank);
+    let log: Arc<dyn Fn(String) + Send + Sync> = if rank == 0 {
+        Arc::new(|line: String| eprintln!("● {line}"))
+    } else {
+        // The other ranks compute the same metrics: rank 0 reports them.
+        Arc::new(|_: String| {})
+    };
     if args.sft.is_some() {
-        let (device, dtype) = agent_train::setup::device_and_dtype(&preset)?;
+        let (device, dtype) = agent_train::setup::device_and_dtype(&preset, 0)?;
         std::fs::create_dir_all(&out).with_context(|| format!("creating {}", out.display()))?;
         let base = agent_train::setup::base_model_dir(&preset, &out)?;
-        let dir = agent_train::setup::warm_start(&preset, &base, &out, &device, dtype, &log)?;
+        let dir = agent_train::setup::warm_start(&preset, &base, &out, &device, dtype, &|l| log(l))?;
         println!("{}", dir.display());
         return Ok(0);
     }
+    let world: Arc<dyn Collective> = match &env {
+        None => Arc::new(agent_train::dist::SingleRank),
+        Some(w) => join_world(w, &preset).await?,
+    };
     let docker = agent_sandbox::connect().await?;
     super::bench::sweep_orphans(&docker).await;
     let opts = TrainOptions {
         preset,
         out: out.clone(),
         resume: args.resume,
-        progress: !args.no_progress && std::io::stderr().is_terminal(),
+        progress: rank == 0 && !args.no_progress && std::io::stderr().is_terminal(),
         config,
+        world: world.clone(),
+        device_ordinal: env.as_ref().map_or(0, |w| w.local_rank),
     };
-    eprintln!("● training into {}", out.display());
+    if rank == 0 {
+        eprintln!("● training into {}", out.display());
+    }
     let mut signals = Signals::install()?;
+    let task = start_training(opts, log)?;
+    let aborted = world.aborted().unwrap_or_default();
     let result = tokio::select! {
-        r = agent_train::train(opts, &docker, &log) => r,
+        r = task => r.unwrap_or_else(|_| Err(agent_train::TrainError::Other("the training thread ended without a result".into()))),
+        () = aborted.cancelled() => {
+            Err(agent_train::TrainError::Distributed(world.abort_reason().unwrap_or_default()))
+        }
         sig = signals.recv() => {
-            agent_sandbox::cleanup_registered(&docker).await;
-            // Rollouts run under many run ids; a create in flight may land after the
-            // first pass: remove what this process owns until nothing is left.
-            agent_sandbox::remove_own_settled(&docker).await;
+            world.fail(&format!("rank {rank} was stopped by signal {sig}"));
+            remove_containers(&docker).await;
             eprintln!("✗ interrupted; `agent train --resume --out {}` continues from the last checkpoint", out.display());
             return Ok(Signals::exit_code(sig));
         }
     };
-    let report = result?;
-    println!(
-        "success rate {:.1}% → {:.1}% over {} evaluation rollouts ({}/eval.json, {}/reward.svg)",
-        report.before * 100.0,
-        report.after * 100.0,
-        report.rollouts,
-        out.display(),
-        out.display()
-    );
+    let report = match result {
+        Ok(report) => report,
+        Err(e) => {
+            world.fail(&format!("rank {rank} failed: {e}"));
+            remove_containers(&docker).await;
+            return Err(e.into());
+        }
+    };
+    tokio::task::block_in_place(|| world.finish())?;
+    if rank == 0 {
+        println!(
+            "success rate {:.1}% → {:.1}% over {} evaluation rollouts ({}/eval.json, {}/reward.svg)",
+            report.before * 100.0,
+            report.after * 100.0,
+            report.rollouts,
+            out.display(),
+            out.display()
+        );
+    }
     Ok(0)
+}
+
+/// Runs the training on a thread of its own, with its own runtime and engine connection:
+/// a rank blocked in a collective must not keep this one from seeing a signal or the
+/// death of another rank.
+fn start_training(
+    opts: TrainOptions,
+    log: Arc<dyn Fn(String) + Send + Sync>,
+) -> anyhow::Result<tokio::sync::oneshot::Receiver<Result<agent_train::EvalReport, agent_train::TrainError>>> {
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    std::thread::Builder::new()
+        .name("train".into())
+        .spawn(move || {
+            let result = tokio::runtime::Builder::new_multi_thread()
+                .enable_all()
+                .build()
+                .map_err(|e| agent_train::TrainError::Other(format!("cannot start the training runtime: {e}")))
+                .and_then(|rt| {
+                    rt.block_on(async {
+                        let docker = agent_sandbox::connect()
+                            .await
+                            .map_err(|e| agent_train::TrainError::Other(e.to_string()))?;
+                        agent_train::train(opts, &docker, &|l| log(l)).await
+                    })
+                });
+            let _ = tx.send(result);
+        })
+        .context("starting the training thread")?;
+    Ok(rx)
+}
+
+/// Joins the world `env` describes (the rendezvous checks that every rank runs this
+/// binary with this preset and seed); on CUDA with NCCL built in, tensors then go over NCCL.
+async fn join_world(env: &WorldEnv, preset: &Preset) -> anyhow::Result<Arc<dyn Collective>> {
+    let text = serde_json::to_string(preset).context("encoding the preset for the rendezvous")?;
+    let identity = agent_train::dist::Identity::of_this_process(&text, preset.seed)?;
+    let timeout = std::env::var("AGENT_RENDEZVOUS_TIMEOUT_SECS")
+        .ok()
+        .and_then(|s| s.parse::<u64>().ok())
+        .map_or(train_launch::RENDEZVOUS_TIMEOUT, std::time::Duration::from_secs);
+    let env2 = env.clone();
+    let tcp = tokio::task::spawn_blocking(move || agent_train::dist::rendezvous(&env2, &identity, timeout))
+        .await
+        .context("the rendezvous task failed")??;
+    nccl_or_tcp(tcp, env, preset)
+}
+
+#[cfg(feature = "nccl")]
+fn nccl_or_tcp(tcp: agent_train::dist::TcpWorld, env: &WorldEnv, preset: &Preset) -> anyhow::Result<Arc<dyn Collective>> {
+    if preset.hardware.device == agent_train::preset::Device::Cuda {
+        let device = candle_core::Device::new_cuda(env.local_rank)?;
+        return Ok(Arc::new(agent_train::dist::NcclWorld::new(tcp, &device)?));
+    }
+    Ok(Arc::new(tcp))
+}
+
+#[cfg(not(feature = "nccl"))]
+fn nccl_or_tcp(tcp: agent_train::dist::TcpWorld, _env: &WorldEnv, _preset: &Preset) -> anyhow::Result<Arc<dyn Collective>> {
+    Ok(Arc::new(tcp))
+}
+
+/// Removes this process's rollout containers, and those of ranks that died.
+async fn remove_containers(docker: &agent_sandbox::Engine) {
+    agent_sandbox::cleanup_registered(docker).await;
+    // Rollouts run under many run ids; a create in flight may land after the first
+    // pass: remove what this process owns until nothing is left.
+    agent_sandbox::remove_own_settled(docker).await;
+    super::bench::sweep_orphans(docker).await;
 }
 
 fn timestamp() -> String {

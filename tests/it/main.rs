@@ -23,5 +23,6 @@ mod sandbox_lifecycle;
 mod sandbox_shell;
 mod serve;
 mod train;
+mod train_dist;
 mod train_engine;
 mod tui;

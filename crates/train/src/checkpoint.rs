@@ -45,6 +45,12 @@ impl Checkpoints {
         self.dir.join(format!("step-{step:06}"))
     }
 
+    /// Where the ranks stage their optimiser shards for the checkpoint after `step`
+    /// (a `.tmp-` name: a run that dies while staging leaves nothing a resume reads).
+    pub fn staging_dir(&self, step: u64) -> PathBuf {
+        self.dir.join(format!(".tmp-shards-step-{step:06}"))
+    }
+
     /// Writes a checkpoint: `fill` puts the weights and optimiser files into the folder
     /// it is given; the state file and the completion mark follow, then the rename.
     pub fn save(

@@ -37,6 +37,9 @@ pub enum TrainError {
     /// A rollout, tokenizer or data problem that stops training.
     #[error("{0}")]
     Other(String),
+    /// Another rank failed or died, or the ranks could not meet.
+    #[error("the distributed run stopped: {0}")]
+    Distributed(String),
     /// The preset is not usable.
     #[error(transparent)]
     Preset(#[from] super::preset::PresetError),

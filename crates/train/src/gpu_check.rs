@@ -5,18 +5,21 @@
 //! check lands in one JSON report, failed or not, so one run on a lent GPU says
 //! everything it can.
 
+pub mod ranks;
+
 use std::collections::HashMap;
+use std::path::PathBuf;
 use std::time::Instant;
 
 use candle_core::{DType, Device, Tensor, D};
 use rand::{Rng, SeedableRng};
 use serde::Serialize;
 
+use super::dist::SingleRank;
 use super::error::{TensorContext, TrainError};
 use super::grpo::PpoSettings;
 use super::model::{ForwardMode, KvCache, Qwen3, Qwen3Config, TokenBatch, TrainMode};
 use super::optim::{AdamW, AdamWSettings};
-use super::parallel::SingleRank;
 use super::perf::{self, PerfMode, PerfShape, PerfTarget};
 use super::update::{backward, grpo_update, Reference, Sample, UpdateSettings};
 
@@ -34,6 +37,9 @@ pub struct CheckOptions {
     /// Peak dense TFLOP/s of the device in f32 and in bf16, for MFU.
     pub peak_tflops_f32: f64,
     pub peak_tflops_bf16: f64,
+    /// The program to start as the ranks of the two-process check (the check's own
+    /// binary, which answers [`ranks::WORKER_FLAG`]); `None` skips that check.
+    pub rank_program: Option<PathBuf>,
 }
 
 /// The outcome of one check.
@@ -75,11 +81,29 @@ pub fn run(options: &CheckOptions) -> CheckReport {
         eprintln!("{status:>8}  {name}");
         checks.push(CheckResult { name: name.into(), status: status.into(), detail });
     };
+    let mut skipped = Vec::new();
     let parity = step_parity(&options.device).map(|p| {
         let ok = p.passed();
         (ok, serde_json::to_value(&p).unwrap_or_default())
     });
     record("training step on the device = f64 step on the CPU", parity);
+    for backend in ranks::Backend::for_device(&options.device) {
+        let name = format!("2 ranks as 2 processes ({backend:?}) = 1 rank, one GRPO step");
+        match &options.rank_program {
+            Some(program) => {
+                let outcome = ranks::rank_parity(&options.device, backend, program).map(|p| {
+                    let ok = p.passed();
+                    (ok, serde_json::to_value(&p).unwrap_or_default())
+                });
+                record(&name, outcome);
+            }
+            None => skipped.push(CheckResult {
+                name,
+                status: "skipped".into(),
+                detail: serde_json::json!({ "reason": "no program to start as the ranks was given" }),
+            }),
+        }
+    }
     for batch in [1, 8] {
         let d = decode_parity(&options.device, batch).map(|p| {
             let ok = p.max_abs_diff <= TOLERANCE;
@@ -133,7 +157,7 @@ pub fn run(options: &CheckOptions) -> CheckReport {
             }
         }
     }
-    for m in measured {
+    for m in skipped.into_iter().chain(measured) {
         eprintln!("{:>8}  {}", m.status, m.name);
         checks.push(m);
     }
@@ -141,11 +165,27 @@ pub fn run(options: &CheckOptions) -> CheckReport {
         device: perf::device_name(&options.device),
         tolerance: TOLERANCE,
         checks,
-        not_run: vec![
-            "mistral.rs on CUDA against the candle sampler (needs a CUDA build of mistral.rs: see the README)".into(),
-            "2-rank NCCL against 1 rank (the multi-process launcher is not built yet)".into(),
-        ],
+        not_run: not_checked(&options.device),
     }
+}
+
+/// What the report does not cover on `device`, and why.
+fn not_checked(device: &Device) -> Vec<String> {
+    let mut out =
+        vec!["mistral.rs on CUDA against the candle sampler (needs a CUDA build of mistral.rs: see the README)".into()];
+    match (device.is_cuda(), cfg!(feature = "nccl-collective")) {
+        (false, _) => out.push("NCCL (on the CPU the two ranks exchange gradients over TCP)".into()),
+        (true, false) => {
+            out.push("NCCL (this program was built without the nccl-collective feature: the ranks used TCP)".into())
+        }
+        (true, true) => out.push(
+            "NCCL between GPUs: both ranks share one GPU, each with its own NCCL_HOSTID, so NCCL moves the data over \
+             its socket transport on loopback, not over NVLink or PCIe peer-to-peer as between the GPUs of one host"
+                .into(),
+        ),
+    }
+    out.push("more than 2 ranks, more than one host, and a rank that dies during an NCCL collective".into());
+    out
 }
 
 /// A training step on the device under test against the same step in f64 on the CPU.
@@ -282,17 +322,25 @@ fn one_step(
         .iter()
         .map(|g| g.as_ref().map(to_f64).unwrap_or_else(|| Ok(Vec::new())))
         .collect::<Result<Vec<_>, _>>()?;
-    let flat = |m: &Qwen3| -> Result<Vec<f64>, TrainError> {
-        let mut out = Vec::new();
-        for (_, v) in m.trainable() {
-            out.extend(to_f64(v.as_tensor())?);
-        }
-        Ok(out)
-    };
-    let before = flat(&model)?;
-    let adam = AdamWSettings { lr: 1e-3, beta1: 0.9, beta2: 0.999, eps: 1e-8, weight_decay: 0.01 };
-    let mut opt = AdamW::new(model.trainable(), adam)?;
-    let settings = UpdateSettings {
+    let before = flat_adapters(&model)?;
+    let mut opt = AdamW::new(model.trainable(), parity_adam())?;
+    let stats =
+        grpo_update(&model, Reference::AdaptersOff, &mut opt, &samples, &SingleRank, &parity_settings(), PARITY_SEED)?;
+    let after = flat_adapters(&model)?;
+    Ok(StepOutcome { loss, grads, grpo_loss: stats.loss, before, after })
+}
+
+/// The seed of the parity step's shuffle.
+const PARITY_SEED: u64 = 3;
+
+fn parity_adam() -> AdamWSettings {
+    AdamWSettings { lr: 1e-3, beta1: 0.9, beta2: 0.999, eps: 1e-8, weight_decay: 0.01 }
+}
+
+/// One mini-batch of two micro-batches, clipping, recomputation and the KL term: every
+/// part of the update that could differ between devices or between rank counts.
+fn parity_settings() -> UpdateSettings {
+    UpdateSettings {
         ppo: PpoSettings { clip_low: 0.2, clip_high: 0.28, clip_dual: 3.0, kl_coef: 0.05 },
         epochs: 1,
         minibatches: 1,
@@ -302,10 +350,16 @@ fn one_step(
         chunk: 64,
         importance_cap: 2.0,
         pad: 0,
-    };
-    let stats = grpo_update(&model, Reference::AdaptersOff, &mut opt, &samples, &SingleRank, &settings, 3)?;
-    let after = flat(&model)?;
-    Ok(StepOutcome { loss, grads, grpo_loss: stats.loss, before, after })
+    }
+}
+
+/// Every adapter of `model`, flattened in order, in f64 on the host.
+fn flat_adapters(model: &Qwen3) -> Result<Vec<f64>, TrainError> {
+    let mut out = Vec::new();
+    for (_, v) in model.trainable() {
+        out.extend(to_f64(v.as_tensor())?);
+    }
+    Ok(out)
 }
 
 /// One GRPO step (gradient clipping, recomputation, the KL term against the adapters

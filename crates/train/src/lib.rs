@@ -14,7 +14,7 @@ pub mod grpo;
 pub mod metrics;
 pub mod model;
 pub mod optim;
-pub mod parallel;
+pub mod dist;
 pub mod perf;
 pub mod plan;
 pub mod plot;

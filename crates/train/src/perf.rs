@@ -13,7 +13,7 @@ use serde::Serialize;
 use super::error::{TensorContext, TrainError};
 use super::model::{LoraSettings, Qwen3, Qwen3Config, TrainMode, LORA_TARGETS};
 use super::optim::{AdamW, AdamWSettings};
-use super::parallel::SingleRank;
+use super::dist::SingleRank;
 use super::update::{backward, sft_step, Sample, UpdateSettings};
 
 /// A benchmark shape.

@@ -12,6 +12,7 @@ use rand::SeedableRng;
 use serde::Serialize;
 
 use super::checkpoint::{write_atomic, CheckpointState, Checkpoints};
+use super::dist::{barrier, Collective, SingleRank};
 use super::error::{TensorContext, TrainError};
 use super::grpo::{group_advantages, is_degenerate};
 use super::metrics::{MetricsLog, StepMetrics};
@@ -19,7 +20,8 @@ use super::model::{peft, LoraSettings, Qwen3, TrainMode};
 use super::optim::AdamW;
 use super::preset::{Preset, RolloutEngine, TruncPolicy};
 use super::rollout::{
-    MistralrsEngine, PolicySampling, Rollout, RolloutPlan, RolloutRunner, RolloutSampler, RolloutStatus, Sampler,
+    run_spread, MistralrsEngine, PolicySampling, Rollout, RolloutPlan, RolloutRunner, RolloutSampler, RolloutStatus,
+    Sampler,
 };
 use super::setup;
 use super::step::StepLoop;
@@ -37,6 +39,17 @@ pub struct TrainOptions {
     pub progress: bool,
     /// Sandbox and image settings.
     pub config: Config,
+    /// The ranks of a multi-process run ([`SingleRank`] for one process).
+    pub world: Arc<dyn Collective>,
+    /// The GPU this process trains on (its local rank).
+    pub device_ordinal: usize,
+}
+
+impl TrainOptions {
+    /// Options for a one-process run.
+    pub fn single(preset: Preset, out: PathBuf, resume: bool, progress: bool, config: Config) -> Self {
+        TrainOptions { preset, out, resume, progress, config, world: Arc::new(SingleRank), device_ordinal: 0 }
+    }
 }
 
 /// What a finished run reports (also written to `out/eval.json`).
@@ -82,24 +95,52 @@ pub async fn train(
 ) -> Result<EvalReport, TrainError> {
     let preset = &opts.preset;
     let out = &opts.out;
+    let world = opts.world.as_ref();
+    let (rank, lead) = (world.rank(), world.rank() == 0);
     if preset.rollout.engine == RolloutEngine::Openai {
         return Err(TrainError::Config(
             "rollout.engine `openai` is not available yet: use `candle` (in-process) or `mistralrs`".into(),
         ));
     }
     std::fs::create_dir_all(out).map_err(|e| TrainError::io("create", out, e))?;
-    let (device, dtype) = setup::device_and_dtype(preset)?;
-    let base = setup::base_model_dir(preset, out)?;
-    let start_dir = setup::warm_start(preset, &base, out, &device, dtype, log)?;
+    let (device, dtype) = setup::device_and_dtype(preset, opts.device_ordinal)?;
+    // Rank 0 generates the base model and runs the warm start exactly as one process
+    // would; the other ranks wait for it and load what it wrote.
+    let start_dir = if lead {
+        let base = setup::base_model_dir(preset, out)?;
+        let start = setup::warm_start(preset, &base, out, &device, dtype, log)?;
+        blocking(|| barrier(world))?;
+        start
+    } else {
+        blocking(|| barrier(world))?;
+        let base = setup::base_model_dir(preset, out)?;
+        let start = if preset.sft.is_some() { out.join("sft-model") } else { base };
+        if !start.join("model.safetensors").is_file() {
+            return Err(TrainError::bad_file(
+                &start,
+                format!(
+                    "rank {rank} cannot see the model rank 0 prepared: --out must be on a file system every node \
+                     shares"
+                ),
+            ));
+        }
+        start
+    };
     let tokenizer = Arc::new(setup::load_tokenizer(&start_dir)?);
     let im_end = setup::token_id(&tokenizer, "<|im_end|>", &start_dir)?;
     let mode = train_mode(preset);
     let policy = Qwen3::load(&start_dir, &mode, dtype, &device, preset.seed)?;
+    // A full update's reference is loaded on its own: `merged()` shares storage with the
+    // trainable weights, which the optimiser updates in place.
     let reference = match (&mode, preset.grpo.kl_coef > 0.0) {
-        (TrainMode::Full, true) => Some(policy.merged().ctx("copying the reference policy")?),
+        (TrainMode::Full, true) => Some(
+            Qwen3::load(&start_dir, &TrainMode::Full, dtype, &device, preset.seed)?
+                .merged()
+                .ctx("loading the reference policy")?,
+        ),
         _ => None,
     };
-    let mut opt = AdamW::new(policy.trainable(), setup::adam_settings(preset))?;
+    let mut opt = setup::optimizer(preset, policy.trainable(), world)?;
     let checkpoints = Checkpoints::new(out.join("checkpoints"), preset.checkpoint.keep);
     let mut state =
         CheckpointState { step: 0, optimizer_step: 0, seed: preset.seed, tasks_drawn: 0, eval_before: None };
@@ -115,18 +156,33 @@ pub async fn train(
             out.display()
         )));
     }
+    // Every rank has read the checkpoints before rank 0 may write new ones.
+    blocking(|| barrier(world))?;
     let metrics_path = out.join("metrics.jsonl");
-    let mut metrics = MetricsLog::open(&metrics_path, Some(state.step))
-        .map_err(|e| TrainError::Other(format!("cannot open {}: {e}", metrics_path.display())))?;
+    let mut metrics = if lead {
+        Some(
+            MetricsLog::open(&metrics_path, Some(state.step))
+                .map_err(|e| TrainError::Other(format!("cannot open {}: {e}", metrics_path.display())))?,
+        )
+    } else {
+        None
+    };
 
-    let run_id = format!("train-{}", agent_sandbox::docker_name_part(&out.display().to_string()));
+    // Ranks on one host must not share container names.
+    let run_id = match world.world_size() {
+        1 => format!("train-{}", agent_sandbox::docker_name_part(&out.display().to_string())),
+        _ => format!("train-{}-rank{rank}", agent_sandbox::docker_name_part(&out.display().to_string())),
+    };
     let config = setup::rollout_config(preset, &opts.config);
     let tasks_dir = preset.resolve_path(&preset.tasks)?;
     let (ctx, tasks) = setup::trial_context(&tasks_dir, config, docker, &out.join("rollouts"), &run_id).await?;
     let _ = agent_sandbox::remove_run_settled(docker, &run_id).await;
     let sampler: Arc<dyn RolloutSampler> = match preset.rollout.engine {
         RolloutEngine::Mistralrs => {
-            let work = out.join("rollout-engine");
+            let work = match world.world_size() {
+                1 => out.join("rollout-engine"),
+                _ => out.join(format!("rollout-engine-rank{rank}")),
+            };
             let engine = MistralrsEngine::start(&policy, &start_dir, &work, device.is_cpu()).await?;
             log("rollouts are sampled by mistral.rs (the policy is reloaded after every update)".into());
             Arc::new(engine)
@@ -162,14 +218,15 @@ pub async fn train(
         vec![im_end],
         sampling,
         judge,
-        preset.rollout.concurrency,
+        // `rollout.concurrency` is the run's: each rank (GPU) runs its part of it.
+        preset.rollout.concurrency.div_ceil(world.world_size()),
     );
     let update = setup::update_settings(preset, im_end);
 
     let before = match state.eval_before {
         Some(b) => b,
         None => {
-            let rate = evaluate(&runner, preset, out, "eval-before", opts.progress).await?;
+            let rate = evaluate(&runner, preset, out, "eval-before", opts.progress, world).await?;
             log(format!("success rate before training: {:.1}%", rate * 100.0));
             state.eval_before = Some(rate);
             rate
@@ -195,9 +252,10 @@ pub async fn train(
         reference,
         opt: &mut opt,
         update: &update,
-        metrics: &mut metrics,
+        metrics: metrics.as_mut(),
         metrics_path: &metrics_path,
-        history: MetricsLog::read(&metrics_path).unwrap_or_default(),
+        history: if lead { MetricsLog::read(&metrics_path).unwrap_or_default() } else { Vec::new() },
+        world,
         checkpoints: &checkpoints,
         mode: &mode,
         start_dir: &start_dir,
@@ -208,12 +266,14 @@ pub async fn train(
         steps_loop.step(&mut state).await?;
     }
     bar.finish_and_clear();
-    let after = evaluate(&runner, preset, out, "eval-after", opts.progress).await?;
+    let after = evaluate(&runner, preset, out, "eval-after", opts.progress, world).await?;
     log(format!("success rate after training: {:.1}%", after * 100.0));
-    export_final(&policy, &mode, &start_dir, out)?;
     let report = EvalReport { before, after, rollouts: preset.eval.rollouts };
-    let json = serde_json::to_vec_pretty(&report).map_err(|e| TrainError::Other(e.to_string()))?;
-    write_atomic(&out.join("eval.json"), &json)?;
+    if lead {
+        export_final(&policy, &mode, &start_dir, out)?;
+        let json = serde_json::to_vec_pretty(&report).map_err(|e| TrainError::Other(e.to_string()))?;
+        write_atomic(&out.join("eval.json"), &json)?;
+    }
     Ok(report)
 }
 
@@ -311,6 +371,7 @@ async fn evaluate(
     out: &Path,
     name: &str,
     progress: bool,
+    world: &dyn Collective,
 ) -> Result<f64, TrainError> {
     let n = preset.eval.rollouts;
     let plans: Vec<RolloutPlan> = (0..n)
@@ -321,7 +382,7 @@ async fn evaluate(
         })
         .collect();
     let bar = progress_bar(progress, n as u64, name);
-    let rollouts = runner.run(&plans, &out.join(name), &|_| bar.inc(1)).await;
+    let rollouts = run_spread(runner, &plans, &out.join(name), world, &|_| bar.inc(1)).await?;
     bar.finish_and_clear();
     let counted: Vec<&Rollout> = rollouts.iter().filter(|r| r.status != RolloutStatus::Crashed).collect();
     if counted.is_empty() {
@@ -335,10 +396,16 @@ async fn evaluate(
         "crashed": rollouts.len() - counted.len(),
         "mean_reward": counted.iter().map(|r| r.reward).sum::<f64>() / counted.len() as f64,
     });
-    write_atomic(&out.join(format!("{name}.json")), summary.to_string().as_bytes())?;
+    if world.rank() == 0 {
+        write_atomic(&out.join(format!("{name}.json")), summary.to_string().as_bytes())?;
+    }
     Ok(rate)
 }
 
+/// Writes a checkpoint. Rank 0 writes the weights (the same on every rank) and the
+/// checkpoint; with a sharded optimiser every rank first stages its own shard of the
+/// optimiser state beside it, and rank 0 moves the shards in before the rename, so a
+/// checkpoint is complete for all ranks or absent.
 pub(crate) fn save_checkpoint(
     checkpoints: &Checkpoints,
     policy: &Qwen3,
@@ -346,16 +413,37 @@ pub(crate) fn save_checkpoint(
     mode: &TrainMode,
     base: &Path,
     state: &CheckpointState,
+    world: &dyn Collective,
 ) -> Result<(), TrainError> {
-    checkpoints.save(state, &|dir| {
-        match mode {
-            TrainMode::Lora(s) => peft::save_adapter(policy, s, &base.display().to_string(), &dir.join("adapter"))?,
-            TrainMode::Full => peft::save_full_weights(policy, base, &dir.join("model"))?,
-        }
-        candle_core::safetensors::save(&opt.state_tensors(), dir.join("optimizer.safetensors"))
-            .ctx("writing the optimiser state")
-    })?;
-    Ok(())
+    let staging = checkpoints.staging_dir(state.step);
+    let file = opt.state_file_name();
+    let sharded = is_sharded(opt, world);
+    if sharded || world.rank() == 0 {
+        std::fs::create_dir_all(&staging).map_err(|e| TrainError::io("create", &staging, e))?;
+        candle_core::safetensors::save(&opt.state_tensors(), staging.join(&file)).ctx("writing the optimiser state")?;
+    }
+    blocking(|| barrier(world))?;
+    if world.rank() == 0 {
+        checkpoints.save(state, &|dir| {
+            match mode {
+                TrainMode::Lora(s) => peft::save_adapter(policy, s, &base.display().to_string(), &dir.join("adapter"))?,
+                TrainMode::Full => peft::save_full_weights(policy, base, &dir.join("model"))?,
+            }
+            for entry in std::fs::read_dir(&staging).map_err(|e| TrainError::io("read", &staging, e))?.flatten() {
+                let to = dir.join(entry.file_name());
+                std::fs::rename(entry.path(), &to).map_err(|e| TrainError::io("move", &entry.path(), e))?;
+            }
+            Ok(())
+        })?;
+        let _ = std::fs::remove_dir_all(&staging);
+    }
+    // Nobody goes on (and may be killed) before the checkpoint is in place.
+    blocking(|| barrier(world))
+}
+
+/// Whether each rank holds its own part of the optimiser state.
+fn is_sharded(opt: &AdamW, world: &dyn Collective) -> bool {
+    world.world_size() > 1 && opt.state_file_name() != "optimizer.safetensors"
 }
 
 fn load_checkpoint(
@@ -369,7 +457,17 @@ fn load_checkpoint(
         TrainMode::Lora(_) => peft::load_adapter_into(policy, &dir.join("adapter"))?,
         TrainMode::Full => peft::load_full_weights_into(policy, &dir.join("model"))?,
     }
-    let path = dir.join("optimizer.safetensors");
+    let path = dir.join(opt.state_file_name());
+    if !path.is_file() {
+        return Err(TrainError::bad_file(
+            dir,
+            format!(
+                "holds no {}: was it written by a run with another number of processes? Resume with the same \
+                 --nproc-per-node and --nnodes",
+                opt.state_file_name()
+            ),
+        ));
+    }
     let tensors = candle_core::safetensors::load(&path, policy.device())
         .map_err(|e| TrainError::bad_file(&path, format!("cannot read the optimiser state: {e}")))?;
     opt.load_state(&tensors, state.optimizer_step).map_err(|e| TrainError::bad_file(&path, e))
@@ -388,6 +486,14 @@ fn export_final(policy: &Qwen3, mode: &TrainMode, base: &Path, out: &Path) -> Re
     let dest = out.join(name);
     let _ = std::fs::remove_dir_all(&dest);
     std::fs::rename(&tmp, &dest).map_err(|e| TrainError::io("rename", &tmp, e))
+}
+
+/// Runs a blocking collective from async code without stalling the runtime's other tasks.
+pub(crate) fn blocking<T>(f: impl FnOnce() -> T) -> T {
+    match tokio::runtime::Handle::try_current() {
+        Ok(h) if h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread => tokio::task::block_in_place(f),
+        _ => f(),
+    }
 }
 
 pub(crate) fn progress_bar(show: bool, len: u64, what: &str) -> ProgressBar {

@@ -13,7 +13,7 @@ use tokenizers::Tokenizer;
 use super::error::TrainError;
 use super::model::{peft, Qwen3, TrainMode};
 use super::optim::{AdamW, AdamWSettings};
-use super::parallel::SingleRank;
+use super::dist::SingleRank;
 use super::preset::Preset;
 use super::sft::{read_transcripts, transcript_sample};
 use super::update::{sft_step, Sample, UpdateSettings};
@@ -81,14 +81,15 @@ pub fn token_id(tokenizer: &Tokenizer, token: &str, dir: &Path) -> Result<u32, T
     })
 }
 
-/// The compute device and dtype a preset asks for.
-pub fn device_and_dtype(preset: &Preset) -> Result<(Device, DType), TrainError> {
+/// The compute device (GPU `ordinal` on CUDA: the process's local rank) and dtype a preset asks for.
+pub fn device_and_dtype(preset: &Preset, ordinal: usize) -> Result<(Device, DType), TrainError> {
     use super::preset::{Device as PDevice, Dtype};
     let device = match preset.hardware.device {
         PDevice::Cpu => Device::Cpu,
-        PDevice::Cuda => Device::new_cuda(0).map_err(|e| {
+        PDevice::Cuda => Device::new_cuda(ordinal).map_err(|e| {
             TrainError::Config(format!(
-                "the preset asks for CUDA but no GPU is usable ({e}); build with --features cuda"
+                "the preset asks for CUDA but GPU {ordinal} is not usable ({e}); build with --features cuda, and \
+                 start at most as many processes per node as it has GPUs"
             ))
         })?,
     };
@@ -140,6 +141,16 @@ pub fn warm_start(
     peft::save_full_weights(&model, base, &tmp)?;
     std::fs::rename(&tmp, &dir).map_err(|e| TrainError::io("rename", &tmp, e))?;
     Ok(dir)
+}
+
+/// The optimiser of a run's trainable variables: replicated on every rank, or sharded
+/// over the ranks (ZeRO, `optim.zero`).
+pub fn optimizer(
+    preset: &Preset,
+    vars: Vec<(String, candle_core::Var)>,
+    world: &dyn super::dist::Collective,
+) -> Result<AdamW, TrainError> {
+    AdamW::with_zero(vars, adam_settings(preset), world, preset.zero_stage())
 }
 
 /// The preset's AdamW settings (the GRPO updates; the warm start overrides lr and decay).

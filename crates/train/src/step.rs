@@ -11,11 +11,11 @@ use super::error::TrainError;
 use super::metrics::{MetricsLog, StepMetrics};
 use super::model::{Qwen3, TrainMode};
 use super::optim::AdamW;
-use super::parallel::SingleRank;
+use super::dist::Collective;
 use super::plot::write_reward_svg;
 use super::preset::Preset;
-use super::rollout::{Rollout, RolloutRunner, RolloutSampler};
-use super::run::{build_samples, mix_seed, progress_bar, save_checkpoint, step_plans};
+use super::rollout::{run_spread, Rollout, RolloutRunner, RolloutSampler};
+use super::run::{blocking, build_samples, mix_seed, progress_bar, save_checkpoint, step_plans};
 use super::update::{grpo_update, Reference, Sample, UpdateSettings, UpdateStats};
 
 /// What one training step needs, borrowed from the run.
@@ -30,9 +30,11 @@ pub(crate) struct StepLoop<'a> {
     pub(crate) reference: Reference<'a>,
     pub(crate) opt: &'a mut AdamW,
     pub(crate) update: &'a UpdateSettings,
-    pub(crate) metrics: &'a mut MetricsLog,
+    /// Rank 0's metrics log (the other ranks write none).
+    pub(crate) metrics: Option<&'a mut MetricsLog>,
     pub(crate) metrics_path: &'a Path,
     pub(crate) history: Vec<StepMetrics>,
+    pub(crate) world: &'a dyn Collective,
     pub(crate) checkpoints: &'a Checkpoints,
     pub(crate) mode: &'a TrainMode,
     pub(crate) start_dir: &'a Path,
@@ -46,7 +48,7 @@ impl StepLoop<'_> {
     pub(crate) async fn step(&mut self, state: &mut CheckpointState) -> Result<(), TrainError> {
         let step = state.step + 1;
         let started = Instant::now();
-        let rollouts = self.collect(step).await;
+        let rollouts = self.collect(step).await?;
         let rollout_secs = started.elapsed().as_secs_f64();
         let updating = Instant::now();
         let (samples, mut m) = self.advantages(&rollouts);
@@ -69,12 +71,14 @@ impl StepLoop<'_> {
         self.checkpoint(state)
     }
 
-    /// Collect (and score): the step's groups of rollouts, run as bench trials.
-    async fn collect(&self, step: u64) -> Vec<Rollout> {
+    /// Collect (and score): the step's groups of rollouts, run as bench trials, this
+    /// rank's share here and the rest on the other ranks.
+    async fn collect(&self, step: u64) -> Result<Vec<Rollout>, TrainError> {
         let plans = step_plans(self.preset, self.runner.tasks.len(), step);
         let dir = self.out.join("rollouts").join(format!("step-{step:06}"));
-        let rbar = progress_bar(self.progress, plans.len() as u64, &format!("step {step} rollouts"));
-        let rollouts = self.runner.run(&plans, &dir, &|_| rbar.inc(1)).await;
+        let share = plans.len() / self.world.world_size().max(1);
+        let rbar = progress_bar(self.progress, share as u64, &format!("step {step} rollouts"));
+        let rollouts = run_spread(self.runner, &plans, &dir, self.world, &|_| rbar.inc(1)).await;
         rbar.finish_and_clear();
         rollouts
     }
@@ -89,15 +93,18 @@ impl StepLoop<'_> {
         let stats = if samples.is_empty() {
             UpdateStats::default()
         } else {
-            grpo_update(
-                self.policy,
-                self.reference,
-                self.opt,
-                samples,
-                &SingleRank,
-                self.update,
-                mix_seed(&[self.preset.seed, step, 7]),
-            )?
+            let world = self.world;
+            blocking(|| {
+                grpo_update(
+                    self.policy,
+                    self.reference,
+                    self.opt,
+                    samples,
+                    world,
+                    self.update,
+                    mix_seed(&[self.preset.seed, step, 7]),
+                )
+            })?
         };
         self.sampler.load_policy(self.policy).await?;
         Ok(stats)
@@ -105,7 +112,8 @@ impl StepLoop<'_> {
 
     /// Log: `metrics.jsonl`, the reward plot, the progress bar or a line per step.
     fn record(&mut self, m: StepMetrics) -> Result<(), TrainError> {
-        self.metrics
+        let Some(metrics) = self.metrics.as_mut() else { return Ok(()) };
+        metrics
             .append(&m)
             .map_err(|e| TrainError::Other(format!("cannot write {}: {e}", self.metrics_path.display())))?;
         self.history.push(m.clone());
@@ -133,7 +141,7 @@ impl StepLoop<'_> {
     /// Checkpoint: every `checkpoint.every` steps and after the last.
     fn checkpoint(&self, state: &CheckpointState) -> Result<(), TrainError> {
         if state.step.is_multiple_of(self.preset.checkpoint.every.max(1) as u64) || state.step == self.steps {
-            save_checkpoint(self.checkpoints, self.policy, self.opt, self.mode, self.start_dir, state)?;
+            save_checkpoint(self.checkpoints, self.policy, self.opt, self.mode, self.start_dir, state, self.world)?;
         }
         Ok(())
     }

@@ -9,7 +9,7 @@ use candle_core::Device;
 
 use super::model::Qwen3;
 use super::optim::AdamW;
-use super::parallel::SingleRank;
+use super::dist::SingleRank;
 use super::preset::Preset;
 use super::rollout::chat::render_prompt;
 use super::rollout::{GenerateRequest, Recording, Rollout, RolloutPlan, RolloutStatus, Sampler, Segment};

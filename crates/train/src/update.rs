@@ -8,11 +8,11 @@ use candle_core::{DType, Tensor, TensorId, Var};
 use rand::seq::SliceRandom;
 use rand::SeedableRng;
 
+use super::dist::{all_reduce_host_f64, Collective};
 use super::error::{TensorContext, TrainError};
 use super::grpo::{ppo_loss, LossInputs, LossSums, PpoSettings};
 use super::model::{token_logprobs, ForwardMode, Qwen3, TokenBatch};
-use super::optim::{clip_grad_norm, AdamW};
-use super::parallel::{all_reduce_grads, Collective};
+use super::optim::AdamW;
 
 /// One training sequence: a rollout's tokens with its loss mask and advantage.
 #[derive(Debug, Clone, PartialEq)]
@@ -89,9 +89,27 @@ pub fn backward(
     recompute: bool,
     head: &dyn Fn(&Tensor) -> candle_core::Result<Tensor>,
 ) -> Result<(f64, Vec<Option<Tensor>>), TrainError> {
+    let mut grads: Vec<Option<Tensor>> = vec![None; model.trainable().len()];
+    let value = backward_into(model, ids, mode, recompute, head, &mut grads)?;
+    Ok((value, grads))
+}
+
+/// [`backward`], adding the gradients into `grads` (gradient accumulation over
+/// micro-batches without a second set of whole gradients: with `recompute` only one
+/// layer's gradients exist besides the sums). Returns the loss.
+pub fn backward_into(
+    model: &Qwen3,
+    ids: &Tensor,
+    mode: ForwardMode,
+    recompute: bool,
+    head: &dyn Fn(&Tensor) -> candle_core::Result<Tensor>,
+    grads: &mut [Option<Tensor>],
+) -> Result<f64, TrainError> {
     let vars = model.trainable();
+    if grads.len() != vars.len() {
+        return Err(TrainError::Other(format!("{} gradient slots for {} variables", grads.len(), vars.len())));
+    }
     let index: HashMap<TensorId, usize> = vars.iter().enumerate().map(|(i, (_, v))| (v.as_tensor().id(), i)).collect();
-    let mut grads: Vec<Option<Tensor>> = vec![None; vars.len()];
     let mut collect = |store: &candle_core::backprop::GradStore| -> Result<(), TrainError> {
         for (_, v) in &vars {
             if let Some(g) = store.get(v.as_tensor()) {
@@ -110,7 +128,7 @@ pub fn backward(
         let value = f64::from(loss.to_dtype(candle_core::DType::F32)?.to_scalar::<f32>()?);
         let store = loss.backward().ctx("the backward pass")?;
         collect(&store)?;
-        return Ok((value, grads));
+        return Ok(value);
     }
     let layers = model.layers.len();
     let mut inputs = Vec::with_capacity(layers);
@@ -126,6 +144,8 @@ pub fn backward(
     let store = loss.backward().ctx("the backward pass")?;
     collect(&store)?;
     let mut upstream = store.get(top.as_tensor()).cloned();
+    // The output head's gradient is in the sums now; its store need not live on.
+    drop(store);
     for l in (0..layers).rev() {
         let Some(g) = upstream.take() else { break };
         let input = Var::from_tensor(&inputs[l]).ctx("recomputation")?;
@@ -140,7 +160,7 @@ pub fn backward(
         let surrogate = (e * g.detach()).ctx("recomputation")?.sum_all().ctx("recomputation")?;
         collect(&surrogate.backward().ctx("the backward pass")?)?;
     }
-    Ok((value, grads))
+    Ok(value)
 }
 
 /// Log-probabilities of every sample's scored tokens under `model` (no gradient kept).
@@ -225,62 +245,67 @@ pub fn grpo_update(
     let mut stats = UpdateStats { sampler_logp_diff: sampler_logp_diff(samples, &old), ..Default::default() };
     let mut totals = LossSums::default();
     let mut entropy_sum = 0.0;
-    let shapes: Vec<Tensor> = opt.vars().iter().map(|(_, v)| v.as_tensor().clone()).collect();
+    let n_vars = opt.vars().len();
     for epoch in 0..settings.epochs.max(1) {
         let mut order: Vec<usize> = (0..samples.len()).collect();
         order.shuffle(&mut rng);
         let per_mb = order.len().div_ceil(settings.minibatches.max(1)).max(1);
         for (mb_index, mb) in order.chunks(per_mb).enumerate() {
             let norm = mb.iter().map(|&i| samples[i].scored()).sum::<usize>().max(1) as f64;
-            let mine: Vec<usize> = mb.iter().enumerate().filter(|(j, _)| j % size == rank).map(|(_, &i)| i).collect();
-            let mut grads: Vec<Option<Tensor>> = vec![None; shapes.len()];
+            let mut grads: Vec<Option<Tensor>> = vec![None; n_vars];
             let mut loss_value = 0.0;
-            for micro in mine.chunks(settings.micro_batch.max(1)) {
+            for (_, micro) in rank_micro_batches(mb, settings.micro_batch, rank, size) {
                 let dropout_seed = seed ^ ((epoch as u64) << 40) ^ ((mb_index as u64) << 20) ^ micro[0] as u64;
                 let mode = ForwardMode { train: true, dropout_seed, adapters_off: false };
-                let (value, g, sums, ent) =
-                    micro_grads(policy, samples, micro, &old, refs.as_deref(), norm, settings, mode)?;
+                let (value, sums, ent) =
+                    micro_grads(policy, samples, micro, &old, refs.as_deref(), norm, settings, mode, &mut grads)?;
                 loss_value += value;
                 entropy_sum += ent;
                 totals.pg += sums.pg;
                 totals.kl += sums.kl;
                 totals.clipped += sums.clipped;
                 totals.tokens += sums.tokens;
-                for (acc, g) in grads.iter_mut().zip(g) {
-                    if let Some(g) = g {
-                        *acc = Some(match acc.take() {
-                            Some(a) => (a + g).ctx("accumulating gradients")?,
-                            None => g,
-                        });
-                    }
-                }
             }
-            all_reduce_grads(world, &mut grads, &shapes)?;
-            let mut lv = [loss_value as f32];
-            world.all_reduce_sum(&mut lv)?;
-            let norm_before = clip_grad_norm(&mut grads, settings.grad_clip)?;
-            opt.apply(&grads)?;
-            stats.loss += f64::from(lv[0]);
+            let norm_before = opt.reduce_clip_apply(world, &mut grads, settings.grad_clip)?;
+            let mut lv = [loss_value];
+            all_reduce_host_f64(world, &mut lv)?;
+            stats.loss += lv[0];
             stats.grad_norm += norm_before;
             stats.steps += 1;
         }
     }
-    let mut sums = [totals.kl as f32, totals.clipped as f32, totals.tokens as f32, entropy_sum as f32];
-    world.all_reduce_sum(&mut sums)?;
-    let tokens = f64::from(sums[2]).max(1.0);
+    let mut sums = [totals.kl, totals.clipped as f64, totals.tokens as f64, entropy_sum];
+    all_reduce_host_f64(world, &mut sums)?;
+    let tokens = sums[2].max(1.0);
     let steps = stats.steps.max(1) as f64;
     stats.loss /= steps;
     stats.grad_norm /= steps;
-    stats.kl = f64::from(sums[0]) / tokens;
-    stats.clip_frac = f64::from(sums[1]) / tokens;
-    stats.entropy = f64::from(sums[3]) / tokens;
+    stats.kl = sums[0] / tokens;
+    stats.clip_frac = sums[1] / tokens;
+    stats.entropy = sums[3] / tokens;
     stats.model_tokens = (tokens as u64) / settings.epochs.max(1) as u64;
     Ok(stats)
 }
 
-/// A micro-batch's loss, gradients, loss sums and entropy sum.
-type MicroResult = (f64, Vec<Option<Tensor>>, LossSums, f64);
+/// This rank's micro-batches of a mini-batch, with their indices: the mini-batch is cut
+/// into micro-batches exactly as one process cuts it, and each rank takes a contiguous
+/// run of them. Every micro-batch is then computed on the same sequences, padded alike,
+/// as in one process, and with at most two micro-batches per mini-batch the sum over
+/// ranks (in rank order) adds them in one process's order: the update is the same to the
+/// bit. (Splitting sequences instead would change each micro-batch's padding, and with it
+/// the rounding of every reduction inside the model.)
+fn rank_micro_batches<T>(items: &[T], micro_batch: usize, rank: usize, size: usize) -> impl Iterator<Item = (usize, &[T])> {
+    let n = items.len().div_ceil(micro_batch.max(1));
+    let (base, extra) = (n / size.max(1), n % size.max(1));
+    let lo = rank * base + rank.min(extra);
+    let hi = lo + base + usize::from(rank < extra);
+    items.chunks(micro_batch.max(1)).enumerate().skip(lo).take(hi - lo)
+}
 
+/// A micro-batch's loss, loss sums and entropy sum.
+type MicroResult = (f64, LossSums, f64);
+
+/// One micro-batch's forward and backward pass, its gradients added into `grads`.
 #[allow(clippy::too_many_arguments)]
 fn micro_grads(
     policy: &Qwen3,
@@ -291,6 +316,7 @@ fn micro_grads(
     norm: f64,
     settings: &UpdateSettings,
     mode: ForwardMode,
+    grads: &mut [Option<Tensor>],
 ) -> Result<MicroResult, TrainError> {
     let device = policy.device().clone();
     let seqs: Vec<(&[u32], &[u8])> =
@@ -332,9 +358,9 @@ fn micro_grads(
         *sums.borrow_mut() = (s, entropy.iter().map(|&e| f64::from(e)).sum());
         Ok(loss)
     };
-    let (value, grads) = backward(policy, &batch.ids, mode, settings.recompute, &head)?;
+    let value = backward_into(policy, &batch.ids, mode, settings.recompute, &head, grads)?;
     let (s, ent) = sums.into_inner();
-    Ok((value, grads, s, ent))
+    Ok((value, s, ent))
 }
 
 /// One supervised step: cross-entropy on the masked tokens of `samples`, token-mean over
@@ -349,11 +375,9 @@ pub fn sft_step(
 ) -> Result<f64, TrainError> {
     let (rank, size) = (world.rank(), world.world_size());
     let norm = samples.iter().map(|s| s.scored()).sum::<usize>().max(1) as f64;
-    let shapes: Vec<Tensor> = opt.vars().iter().map(|(_, v)| v.as_tensor().clone()).collect();
-    let mine: Vec<&Sample> = samples.iter().enumerate().filter(|(j, _)| j % size == rank).map(|(_, s)| *s).collect();
-    let mut grads: Vec<Option<Tensor>> = vec![None; shapes.len()];
+    let mut grads: Vec<Option<Tensor>> = vec![None; opt.vars().len()];
     let mut total = 0.0;
-    for (k, micro) in mine.chunks(settings.micro_batch.max(1)).enumerate() {
+    for (k, micro) in rank_micro_batches(samples, settings.micro_batch, rank, size) {
         let seqs: Vec<(&[u32], &[u8])> = micro.iter().map(|s| (s.tokens.as_slice(), s.mask.as_slice())).collect();
         let batch = TokenBatch::new(&seqs, settings.pad, model.device()).ctx("building a batch")?;
         let head = |hidden: &Tensor| -> candle_core::Result<Tensor> {
@@ -361,33 +385,22 @@ pub fn sft_step(
             logp.sum_all()?.neg()? / norm
         };
         let mode = ForwardMode { train: true, dropout_seed: seed ^ k as u64, adapters_off: false };
-        let (value, g) = backward(model, &batch.ids, mode, settings.recompute, &head)?;
-        total += value;
-        for (acc, g) in grads.iter_mut().zip(g) {
-            if let Some(g) = g {
-                *acc = Some(match acc.take() {
-                    Some(a) => (a + g).ctx("accumulating gradients")?,
-                    None => g,
-                });
-            }
-        }
+        total += backward_into(model, &batch.ids, mode, settings.recompute, &head, &mut grads)?;
     }
-    all_reduce_grads(world, &mut grads, &shapes)?;
-    let mut lv = [total as f32];
-    world.all_reduce_sum(&mut lv)?;
-    clip_grad_norm(&mut grads, settings.grad_clip)?;
-    opt.apply(&grads)?;
-    Ok(f64::from(lv[0]))
+    opt.reduce_clip_apply(world, &mut grads, settings.grad_clip)?;
+    let mut lv = [total];
+    all_reduce_host_f64(world, &mut lv)?;
+    Ok(lv[0])
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::dist::{LocalWorld, SingleRank};
     use crate::grpo::PpoSettings;
     use crate::model::tests::write_random_qwen3;
     use crate::model::{LoraSettings, TrainMode, LORA_TARGETS};
     use crate::optim::AdamWSettings;
-    use crate::parallel::{LocalWorld, SingleRank};
     use candle_core::{DType, Device};
 
     fn samples() -> Vec<Sample> {
@@ -467,6 +480,41 @@ mod tests {
             assert!((s1.kl - s2.kl).abs() < 1e-6);
         }
         assert!(want.iter().any(|v| *v != 0.0));
+    }
+
+    /// Full updates with the optimiser sharded over 2 ranks (ZeRO-2) give the 1-rank step.
+    #[test]
+    fn two_rank_zero2_full_update_equals_the_one_rank_step() {
+        let dir = tempfile::tempdir().unwrap();
+        write_random_qwen3(dir.path(), 13, false, 15);
+        let data = samples();
+        let one = Qwen3::load(dir.path(), &TrainMode::Full, DType::F32, &Device::Cpu, 5).unwrap();
+        let mut opt = AdamW::new(one.trainable(), ADAM).unwrap();
+        let s1 = grpo_update(&one, Reference::None, &mut opt, &data, &SingleRank, &settings(), 9).unwrap();
+        let want = params(&one);
+
+        let path = dir.path().to_path_buf();
+        let handles: Vec<_> = LocalWorld::new(2)
+            .into_iter()
+            .map(|w| {
+                let (path, data) = (path.clone(), data.clone());
+                std::thread::spawn(move || {
+                    let m = Qwen3::load(&path, &TrainMode::Full, DType::F32, &Device::Cpu, 5).unwrap();
+                    let mut opt = AdamW::with_zero(m.trainable(), ADAM, &w, 2).unwrap();
+                    let s = grpo_update(&m, Reference::None, &mut opt, &data, &w, &settings(), 9).unwrap();
+                    (params(&m), s, opt.state_file_name())
+                })
+            })
+            .collect();
+        for (rank, h) in handles.into_iter().enumerate() {
+            let (got, s2, file) = h.join().unwrap();
+            let diff = want.iter().zip(&got).map(|(a, b)| (a - b).abs()).fold(0.0f32, f32::max);
+            assert!(diff < 1e-5, "rank {rank}'s weights differ from the 1-rank step by {diff}");
+            assert!((s1.loss - s2.loss).abs() < 1e-5, "{} vs {}", s1.loss, s2.loss);
+            assert!((s1.grad_norm - s2.grad_norm).abs() < 1e-4 * s1.grad_norm, "{} vs {}", s1.grad_norm, s2.grad_norm);
+            assert_eq!(file, format!("optimizer-rank{rank}-of-2.safetensors"));
+        }
+        assert!(s1.grad_norm > 0.0);
     }
 
     #[test]

@@ -5,6 +5,7 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+use agent_train::gpu_check::ranks;
 use clap::Parser;
 
 #[derive(Parser)]
@@ -25,6 +26,13 @@ struct Args {
     /// Where the JSON report goes (stdout when absent).
     #[arg(long)]
     out: Option<PathBuf>,
+    /// Run as one rank of the two-process check, writing its outcome to this file (the
+    /// check starts its workers this way).
+    #[arg(long = "rank-worker", hide = true)]
+    rank_worker: Option<PathBuf>,
+    /// The rank worker's collective backend: `tcp` or `nccl`.
+    #[arg(long = "rank-backend", hide = true, default_value = "tcp")]
+    rank_backend: String,
 }
 
 fn main() -> ExitCode {
@@ -36,11 +44,24 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    if let Some(out) = &args.rank_worker {
+        let worked = ranks::Backend::parse(&args.rank_backend)
+            .and_then(|backend| ranks::rank_worker(&target.device, backend, out));
+        return match worked {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("✗ {e}");
+                ExitCode::FAILURE
+            }
+        };
+    }
     let options = agent_train::gpu_check::CheckOptions {
         device: target.device,
         quick: args.quick,
         peak_tflops_f32: args.peak_tflops_f32,
         peak_tflops_bf16: args.peak_tflops_bf16,
+        // The two-process check starts this very program as its ranks.
+        rank_program: std::env::current_exe().ok(),
     };
     let report = agent_train::gpu_check::run(&options);
     let text = match serde_json::to_string_pretty(&report) {

@@ -159,7 +159,30 @@ impl Preset {
     pub fn world_size(&self) -> usize {
         self.hardware.gpus_per_node * self.hardware.nodes
     }
+
+    /// The ZeRO stage in effect: `optim.zero`, or 2 for full updates on more than one
+    /// GPU and 0 otherwise.
+    pub fn zero_stage(&self) -> u8 {
+        match self.optim.zero {
+            Some(z) => z,
+            None if self.mode.full && self.world_size() > 1 => 2,
+            None => 0,
+        }
+    }
+
+    /// The fraction of each GPU reserved for the rollout engine: `rollout.gpu_memory_fraction`,
+    /// or 0 for engine `openai` (it runs elsewhere) and [`DEFAULT_ROLLOUT_MEMORY_FRACTION`] otherwise.
+    pub fn rollout_memory_fraction(&self) -> f64 {
+        match (self.rollout.gpu_memory_fraction, self.rollout.engine) {
+            (Some(f), _) => f,
+            (None, RolloutEngine::Openai) => 0.0,
+            (None, _) => DEFAULT_ROLLOUT_MEMORY_FRACTION,
+        }
+    }
 }
+
+/// `rollout.gpu_memory_fraction` when a preset leaves it out (engines other than `openai`).
+pub const DEFAULT_ROLLOUT_MEMORY_FRACTION: f64 = 0.25;
 
 fn known_names() -> String {
     Preset::builtin_names().join(", ")

@@ -246,6 +246,16 @@ pub struct Optim {
     pub grad_accum: usize,
     /// Sequences per micro-batch (forward and backward at once).
     pub micro_batch: usize,
+    /// ZeRO stage of the data-parallel optimiser: 0 keeps AdamW's whole state on every
+    /// GPU; 1 shards it over the GPUs (each keeps the f32 moments and master weights of
+    /// 1/world of every variable, and the updated weights are all-gathered); 2 also
+    /// reduce-scatters the gradients (each GPU receives only its shard of the sum). The
+    /// weights stay whole on every GPU (parameter sharding, ZeRO-3/FSDP, is not
+    /// implemented). Works for LoRA too, where the adapters are small enough that 0 is the
+    /// usual choice. Default: 2 for full updates on more than one GPU, else 0 (on one GPU a
+    /// shard is the whole state). See [`Preset::zero_stage`].
+    #[serde(default)]
+    pub zero: Option<u8>,
 }
 
 /// Who samples rollouts.
@@ -271,6 +281,18 @@ pub struct Rollout {
     /// Base URL of the server (engine `openai` only).
     #[serde(default)]
     pub url: Option<String>,
+    /// Fraction of each GPU's memory reserved for the rollout engine, which shares the GPU
+    /// with the trainer; the trainer must fit in the rest. `candle` samples in the training
+    /// process from a merged copy of the policy (with LoRA, a copy of every adapted
+    /// projection, and a second one while the new policy is merged after an update; with
+    /// full updates the weights are shared with the trainer) plus a KV cache per rollout in
+    /// flight. `mistralrs` loads its own copy of the weights (two while it reloads) and
+    /// keeps KV caches as it goes: it runs without paged attention (one request at a time,
+    /// see the engine), so there is no memory pool to size and the fraction is only the
+    /// dry-run plan's budget. `openai` runs elsewhere (0). The plan (`--dry-run`) checks
+    /// both sides. Default: 0 with `openai`, else 0.25. See [`Preset::rollout_memory_fraction`].
+    #[serde(default)]
+    pub gpu_memory_fraction: Option<f64>,
 }
 
 /// How a rollout is scored.

@@ -149,3 +149,47 @@ fn lora_count_by_hand() {
     // Per layer: q 64 + k 32 + v 32 + o 64 + gate 128 + up 128 + down 128 = 576, norms 2·8 + 2·4 = 24.
     assert_eq!(s.parameter_count(), 10 * 8 + 2 * (576 + 24) + 8);
 }
+
+#[test]
+fn zero_stage_defaults_by_mode_and_world_and_refuses_stage_3() {
+    let tiny = Preset::builtin("cpu-tiny").unwrap();
+    assert_eq!((tiny.optim.zero, tiny.zero_stage()), (None, 0), "LoRA replicates its adapters");
+    let mut full = Preset::builtin("qwen3-8b-full-8xh100").unwrap();
+    full.optim.zero = None;
+    assert_eq!(full.zero_stage(), 2, "full updates on several GPUs shard");
+    full.hardware.gpus_per_node = 1;
+    assert_eq!(full.zero_stage(), 0, "one GPU has nothing to shard over");
+    // LoRA may shard too: the optimiser is the same code.
+    let lora = parse(&cpu_tiny_text().replace("micro_batch: 16", "micro_batch: 16\n  zero: 2")).unwrap();
+    assert_eq!(lora.zero_stage(), 2);
+    let err = parse(&cpu_tiny_text().replace("micro_batch: 16", "micro_batch: 16\n  zero: 3")).unwrap_err();
+    match &err {
+        PresetError::Invalid { field, reason, .. } => {
+            assert_eq!(field, "optim.zero");
+            assert!(reason.contains("ZeRO-3/FSDP") && reason.contains("not implemented"), "{reason}");
+        }
+        other => panic!("expected Invalid optim.zero, got {other}"),
+    }
+}
+
+#[test]
+fn rollout_memory_fraction_defaults_and_range() {
+    let tiny = Preset::builtin("cpu-tiny").unwrap();
+    assert_eq!(tiny.rollout_memory_fraction(), DEFAULT_ROLLOUT_MEMORY_FRACTION);
+    let set = parse(&cpu_tiny_text().replace("concurrency: 8", "concurrency: 8\n  gpu_memory_fraction: 0.3")).unwrap();
+    assert_eq!(set.rollout_memory_fraction(), 0.3);
+    for bad in ["1.0", "-0.1"] {
+        let text = cpu_tiny_text().replace("concurrency: 8", &format!("concurrency: 8\n  gpu_memory_fraction: {bad}"));
+        assert!(
+            matches!(parse(&text), Err(PresetError::Invalid { ref field, .. }) if field == "rollout.gpu_memory_fraction"),
+            "{bad}"
+        );
+    }
+    let mut external = tiny.clone();
+    external.rollout.engine = RolloutEngine::Openai;
+    assert_eq!(external.rollout_memory_fraction(), 0.0, "an external server takes nothing from our GPUs");
+    for name in Preset::builtin_names().into_iter().filter(|n| n.starts_with("qwen3")) {
+        let p = Preset::builtin(name).unwrap();
+        assert!(p.rollout.gpu_memory_fraction.is_some() && p.optim.zero.is_some(), "{name} states both");
+    }
+}

@@ -79,17 +79,8 @@ impl Preset {
         }
         match hw.device {
             Device::Cpu => {
-                // One CPU process trains; data parallelism needs NCCL, which is CUDA only.
-                if hw.gpus_per_node != 1 || hw.nodes != 1 {
-                    return Err(bad(
-                        "hardware.device",
-                        format!(
-                            "cpu trains in one process, but gpus_per_node is {} and nodes is {}; set both to 1 \
-                             or use device cuda",
-                            hw.gpus_per_node, hw.nodes
-                        ),
-                    ));
-                }
+                // On the CPU, gpus_per_node counts processes (`--nproc-per-node`), which
+                // share the cores and reduce over TCP.
                 in_range("hardware.gpu_memory_gib", hw.gpu_memory_gib, 0.0, f64::MAX, "0 or more (0: not checked)")?;
             }
             Device::Cuda => above_zero("hardware.gpu_memory_gib", hw.gpu_memory_gib)?,
@@ -194,9 +185,24 @@ impl Preset {
         above_zero("optim.grad_clip", o.grad_clip)?;
         positive("optim.grad_accum", o.grad_accum)?;
         positive("optim.micro_batch", o.micro_batch)?;
+        if let Some(z) = o.zero {
+            if z > 2 {
+                return Err(bad(
+                    "optim.zero",
+                    format!(
+                        "must be 0 (replicated), 1 (AdamW state sharded) or 2 (state and gradients sharded), it is \
+                         {z}; parameter sharding (ZeRO-3/FSDP) is not implemented"
+                    ),
+                ));
+            }
+        }
 
         let r = &self.rollout;
         positive("rollout.concurrency", r.concurrency)?;
+        if let Some(f) = r.gpu_memory_fraction {
+            // The trainer needs some of every GPU: 1 would leave it nothing.
+            in_range("rollout.gpu_memory_fraction", f, 0.0, 0.95, "in [0, 0.95]")?;
+        }
         match (r.engine, &r.url) {
             (RolloutEngine::Openai, None) => {
                 return Err(bad("rollout.url", "is required with engine openai (the server's base URL)".into()));

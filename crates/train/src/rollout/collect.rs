@@ -29,8 +29,8 @@ pub enum RolloutStatus {
     Crashed,
 }
 
-/// One finished rollout.
-#[derive(Debug, Clone)]
+/// One finished rollout (serialisable: ranks exchange them).
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Rollout {
     /// Index of the task in the task list.
     pub task: usize,

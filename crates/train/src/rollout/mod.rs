@@ -7,9 +7,11 @@ pub mod engine;
 pub mod mistralrs_engine;
 pub mod policy;
 pub mod sampler;
+pub mod spread;
 
 pub use collect::{Rollout, RolloutPlan, RolloutRunner, RolloutStatus};
 pub use engine::RolloutSampler;
 pub use mistralrs_engine::MistralrsEngine;
 pub use policy::{PolicyBackend, PolicySampling, Recording, Segment};
 pub use sampler::{GenerateRequest, Generated, Sampler};
+pub use spread::run_spread;

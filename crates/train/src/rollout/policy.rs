@@ -18,7 +18,7 @@ use agent_core::llm::{ChatRequest, ChatResponse, FinishReason, LlmError, ModelBa
 use agent_protocol::TokenUsage;
 
 /// A run of tokens that forms one training sequence.
-#[derive(Debug, Clone, Default, PartialEq)]
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Segment {
     pub tokens: Vec<u32>,
     /// 1 for sampled tokens, 0 for prompt and tool output.
@@ -40,7 +40,7 @@ impl Segment {
 }
 
 /// What a rollout's model calls produced.
-#[derive(Debug, Clone, Default, PartialEq)]
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Recording {
     /// Usually one; a new one starts when a prompt does not extend the previous text.
     pub segments: Vec<Segment>,

@@ -1,0 +1,340 @@
+//! The rendezvous on the master address: rank 0 listens, every other rank connects and
+//! introduces itself; rank 0 checks that all run the same binary, preset and seed, and
+//! admits them all or refuses them all with one message.
+
+use std::io::Read;
+use std::net::{SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+
+use super::env::WorldEnv;
+use super::tcp::TcpWorld;
+use super::wire::{self, read_frame, write_frame};
+use crate::error::TrainError;
+
+/// What every rank must agree on.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Identity {
+    /// SHA-256 of the running executable.
+    pub binary: String,
+    /// SHA-256 of the effective preset (after command-line overrides).
+    pub preset: String,
+    /// The run's seed.
+    pub seed: u64,
+}
+
+impl Identity {
+    /// The identity of this process running `preset_text` with `seed`.
+    pub fn of_this_process(preset_text: &str, seed: u64) -> Result<Identity, TrainError> {
+        let exe = std::env::current_exe().map_err(|e| TrainError::Other(format!("cannot find this program: {e}")))?;
+        Ok(Identity { binary: file_sha256(&exe)?, preset: hex(&Sha256::digest(preset_text.as_bytes())), seed })
+    }
+
+    /// What differs between `self` (rank `r`) and rank 0's `base`, in words.
+    fn differences(&self, r: usize, base: &Identity) -> Vec<String> {
+        let short = |s: &str| s.chars().take(12).collect::<String>();
+        let mut out = Vec::new();
+        if self.binary != base.binary {
+            out.push(format!(
+                "rank {r} runs another build of agent (sha256 {}…, rank 0 runs {}…)",
+                short(&self.binary),
+                short(&base.binary)
+            ));
+        }
+        if self.preset != base.preset {
+            out.push(format!(
+                "rank {r} has another preset (sha256 {}…, rank 0 has {}…)",
+                short(&self.preset),
+                short(&base.preset)
+            ));
+        }
+        if self.seed != base.seed {
+            out.push(format!("rank {r} has seed {} (rank 0 has {})", self.seed, base.seed));
+        }
+        out
+    }
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+struct Hello {
+    rank: usize,
+    world_size: usize,
+    identity: Identity,
+    host: String,
+    pid: u32,
+}
+
+/// Joins the world `env` describes; fails on every rank with the same message when the
+/// ranks disagree, and on a rank that finds no rank 0 (or rank 0 missing ranks) within `timeout`.
+pub fn rendezvous(env: &WorldEnv, identity: &Identity, timeout: Duration) -> Result<TcpWorld, TrainError> {
+    if env.world_size == 1 {
+        return TcpWorld::start(0, 1, Vec::new());
+    }
+    let deadline = Instant::now() + timeout;
+    if env.rank == 0 {
+        host_rendezvous(env, identity, deadline, timeout)
+    } else {
+        join_rendezvous(env, identity, deadline, timeout)
+    }
+}
+
+fn host_rendezvous(
+    env: &WorldEnv,
+    identity: &Identity,
+    deadline: Instant,
+    timeout: Duration,
+) -> Result<TcpWorld, TrainError> {
+    let bind = bind_address(env)?;
+    let listener = TcpListener::bind(bind).map_err(|e| {
+        TrainError::Distributed(format!(
+            "rank 0 cannot listen on {bind} for the other ranks: {e} (another run on this MASTER_PORT? choose another \
+             with --master-port)"
+        ))
+    })?;
+    listener.set_nonblocking(true).map_err(|e| TrainError::Distributed(format!("rendezvous socket: {e}")))?;
+    let mut joined: Vec<Option<(Hello, TcpStream)>> = (0..env.world_size).map(|_| None).collect();
+    while joined.iter().skip(1).any(Option::is_none) {
+        if Instant::now() > deadline {
+            let missing: Vec<String> = (1..env.world_size).filter(|r| joined[*r].is_none()).map(|r| r.to_string()).collect();
+            let why = format!(
+                "rank(s) {} did not join the rendezvous on {bind} within {} s: are they started, with MASTER_ADDR \
+                 and MASTER_PORT pointing here?",
+                missing.join(", "),
+                timeout.as_secs()
+            );
+            refuse_all(&mut joined, &why);
+            return Err(TrainError::Distributed(why));
+        }
+        let (mut stream, from) = match listener.accept() {
+            Ok(s) => s,
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                std::thread::sleep(Duration::from_millis(50));
+                continue;
+            }
+            Err(e) => return Err(TrainError::Distributed(format!("rendezvous: accepting a rank failed: {e}"))),
+        };
+        let _ = stream.set_nonblocking(false);
+        let _ = stream.set_read_timeout(Some(Duration::from_secs(10)));
+        let hello = match read_frame(&mut stream, &|| ()) {
+            Ok((wire::HELLO, payload)) => match serde_json::from_slice::<Hello>(&payload) {
+                Ok(h) => h,
+                Err(_) => continue,
+            },
+            // Not one of ours (a port scan, a health check): ignore it.
+            _ => continue,
+        };
+        let refuse = |stream: &mut TcpStream, why: &str| {
+            let _ = write_frame(stream, wire::REJECT, why.as_bytes());
+        };
+        if hello.world_size != env.world_size {
+            let why = format!(
+                "rank {} ({}) was started with WORLD_SIZE={} but rank 0 has {}",
+                hello.rank, hello.host, hello.world_size, env.world_size
+            );
+            refuse(&mut stream, &why);
+            refuse_all(&mut joined, &why);
+            return Err(TrainError::Distributed(why));
+        }
+        if hello.rank == 0 || hello.rank >= env.world_size || joined[hello.rank].is_some() {
+            let why = format!("two processes claim rank {} (one from {from}): check RANK on every host", hello.rank);
+            refuse(&mut stream, &why);
+            refuse_all(&mut joined, &why);
+            return Err(TrainError::Distributed(why));
+        }
+        let r = hello.rank;
+        joined[r] = Some((hello, stream));
+    }
+    let problems: Vec<String> = joined
+        .iter()
+        .flatten()
+        .flat_map(|(h, _)| h.identity.differences(h.rank, identity))
+        .collect();
+    if !problems.is_empty() {
+        let why = format!(
+            "the ranks disagree, so none starts: {}. Every rank must run the same agent build with the same preset \
+             and seed.",
+            problems.join("; ")
+        );
+        refuse_all(&mut joined, &why);
+        return Err(TrainError::Config(why));
+    }
+    let mut peers = Vec::new();
+    for (hello, mut stream) in joined.into_iter().flatten() {
+        write_frame(&mut stream, wire::WELCOME, &[])
+            .map_err(|e| TrainError::Distributed(format!("rank {} left during the rendezvous: {e}", hello.rank)))?;
+        let _ = stream.set_read_timeout(None);
+        peers.push((hello.rank, format!("rank {} ({}, pid {})", hello.rank, hello.host, hello.pid), stream));
+    }
+    TcpWorld::start(0, env.world_size, peers)
+}
+
+fn join_rendezvous(
+    env: &WorldEnv,
+    identity: &Identity,
+    deadline: Instant,
+    timeout: Duration,
+) -> Result<TcpWorld, TrainError> {
+    let target = format!("{}:{}", env.master_addr, env.master_port);
+    let mut stream = loop {
+        let attempt = target
+            .to_socket_addrs()
+            .map_err(|e| TrainError::Distributed(format!("MASTER_ADDR {target} does not resolve: {e}")))?
+            .find_map(|a| TcpStream::connect_timeout(&a, Duration::from_secs(2)).ok());
+        if let Some(s) = attempt {
+            break s;
+        }
+        if Instant::now() > deadline {
+            return Err(TrainError::Distributed(format!(
+                "rank {} found no rank 0 at {target} within {} s: is rank 0 started, and MASTER_ADDR/MASTER_PORT right?",
+                env.rank,
+                timeout.as_secs()
+            )));
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    let hello = Hello {
+        rank: env.rank,
+        world_size: env.world_size,
+        identity: identity.clone(),
+        host: hostname(),
+        pid: std::process::id(),
+    };
+    let payload = serde_json::to_vec(&hello).map_err(|e| TrainError::Other(e.to_string()))?;
+    write_frame(&mut stream, wire::HELLO, &payload)
+        .map_err(|e| TrainError::Distributed(format!("rank 0 at {target} closed the rendezvous: {e}")))?;
+    let _ = stream.set_read_timeout(Some(deadline.saturating_duration_since(Instant::now()) + Duration::from_secs(5)));
+    match read_frame(&mut stream, &|| ()) {
+        Ok((wire::WELCOME, _)) => {
+            let _ = stream.set_read_timeout(None);
+            TcpWorld::start(env.rank, env.world_size, vec![(0, format!("rank 0 ({target})"), stream)])
+        }
+        Ok((wire::REJECT, why)) => Err(TrainError::Config(String::from_utf8_lossy(&why).into_owned())),
+        Ok((kind, _)) => Err(TrainError::Distributed(format!("rank 0 answered the rendezvous with frame {kind}"))),
+        Err(e) => Err(TrainError::Distributed(format!("rank 0 at {target} did not admit rank {}: {e}", env.rank))),
+    }
+}
+
+fn refuse_all(joined: &mut [Option<(Hello, TcpStream)>], why: &str) {
+    for (_, stream) in joined.iter_mut().flatten() {
+        let _ = write_frame(stream, wire::REJECT, why.as_bytes());
+    }
+}
+
+/// Rank 0 listens on the loopback address it is told, else on every interface (other
+/// hosts reach it by its name or address).
+fn bind_address(env: &WorldEnv) -> Result<SocketAddr, TrainError> {
+    let named = format!("{}:{}", env.master_addr, env.master_port)
+        .to_socket_addrs()
+        .map_err(|e| TrainError::Distributed(format!("MASTER_ADDR {} does not resolve: {e}", env.master_addr)))?
+        .next();
+    Ok(match named {
+        Some(a) if a.ip().is_loopback() => a,
+        _ => SocketAddr::from(([0, 0, 0, 0], env.master_port)),
+    })
+}
+
+fn hostname() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname").map(|s| s.trim().to_string()).unwrap_or_else(|_| "?".into())
+}
+
+fn file_sha256(path: &Path) -> Result<String, TrainError> {
+    let mut f = std::fs::File::open(path).map_err(|e| TrainError::io("open", path, e))?;
+    let mut h = Sha256::new();
+    let mut buf = vec![0u8; 1 << 20];
+    loop {
+        let n = f.read(&mut buf).map_err(|e| TrainError::io("read", path, e))?;
+        if n == 0 {
+            break;
+        }
+        h.update(&buf[..n]);
+    }
+    Ok(hex(&h.finalize()))
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::dist::{all_reduce_host_f64, Collective};
+
+    fn free_port() -> u16 {
+        TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+    }
+
+    fn env(rank: usize, world: usize, port: u16) -> WorldEnv {
+        WorldEnv {
+            rank,
+            world_size: world,
+            local_rank: rank,
+            local_world_size: world,
+            master_addr: "127.0.0.1".into(),
+            master_port: port,
+        }
+    }
+
+    fn id(seed: u64) -> Identity {
+        Identity { binary: "b".repeat(64), preset: "p".repeat(64), seed }
+    }
+
+    #[test]
+    fn three_processes_worth_of_ranks_meet_and_reduce() {
+        let port = free_port();
+        let handles: Vec<_> = (0..3)
+            .map(|r| {
+                std::thread::spawn(move || {
+                    let w = rendezvous(&env(r, 3, port), &id(1), Duration::from_secs(20)).unwrap();
+                    let mut v = [r as f64, 1.0];
+                    all_reduce_host_f64(&w, &mut v).unwrap();
+                    let gathered = w.all_gather_bytes(&[r as u8; 2]).unwrap();
+                    (v, gathered)
+                })
+            })
+            .collect();
+        for h in handles {
+            let (v, gathered) = h.join().unwrap();
+            assert_eq!(v, [3.0, 3.0]);
+            assert_eq!(gathered, vec![vec![0, 0], vec![1, 1], vec![2, 2]]);
+        }
+    }
+
+    #[test]
+    fn a_rank_with_another_seed_fails_every_rank_with_one_message() {
+        let port = free_port();
+        let handles: Vec<_> = (0..2)
+            .map(|r| {
+                std::thread::spawn(move || {
+                    rendezvous(&env(r, 2, port), &id(if r == 1 { 9 } else { 1 }), Duration::from_secs(20))
+                        .err()
+                        .map(|e| e.to_string())
+                })
+            })
+            .collect();
+        let errors: Vec<String> = handles.into_iter().map(|h| h.join().unwrap().expect("an error")).collect();
+        assert!(errors[0].contains("rank 1 has seed 9 (rank 0 has 1)"), "{}", errors[0]);
+        assert_eq!(errors[0], errors[1]);
+    }
+
+    #[test]
+    fn a_rank_that_vanishes_ends_the_others_naming_it() {
+        let port = free_port();
+        let dead = std::thread::spawn(move || {
+            let w = rendezvous(&env(1, 2, port), &id(1), Duration::from_secs(20)).unwrap();
+            // Its sockets close without a goodbye, as under SIGKILL.
+            w.vanish();
+        });
+        let w = rendezvous(&env(0, 2, port), &id(1), Duration::from_secs(20)).unwrap();
+        let token = w.abort().token();
+        dead.join().unwrap();
+        let started = Instant::now();
+        let err = w.all_gather_bytes(b"x").unwrap_err().to_string();
+        assert!(err.contains("rank 1") && err.contains("died"), "{err}");
+        assert!(token.is_cancelled());
+        assert!(started.elapsed() < Duration::from_secs(10));
+    }
+}

@@ -1,0 +1,528 @@
+//! Memory and throughput plan of a preset, for `agent train --dry-run` and the check before a run starts.
+//!
+//! Each GPU (or the one CPU process) is split between the trainer and the rollout engine:
+//! the trainer must fit in (1 − `rollout.gpu_memory_fraction`) of the memory, the engine in
+//! the fraction. Both sides count what the implementation holds at its peak; the phases
+//! (rollouts, then the update) do not overlap, so the split is conservative.
+//!
+//! The trainer, per GPU:
+//! - weights: every parameter (base and adapters) at the preset dtype, on every GPU whatever the ZeRO stage
+//!   (parameter sharding, ZeRO-3/FSDP, is not implemented);
+//! - gradients: the local sum over a step's micro-batches of every trainable parameter in the dtype, on every
+//!   GPU and at every stage: candle's backward hands back whole gradients, which are reduced at the optimiser
+//!   step (the reduction drops each variable's local gradient once reduced; until then it is all there);
+//! - the backward pass's own gradients besides the sums: with `recompute` one layer's (or the output head's or
+//!   the embedding's, whichever is largest) plus the new sum of one variable, without recompute a whole second
+//!   set when a step has more than one micro-batch per rank (candle's gradient store holds every gradient of
+//!   the micro-batch while they are added to the sums);
+//! - the summed gradient shard (ZeRO-2 and 1 alike: what the reduction leaves this rank), trainable / world;
+//! - optimiser: AdamW m and v in f32, plus an f32 master copy of the weights when the dtype is bf16 (updates of
+//!   ~lr·1e-3 vanish in bf16's 8-bit mantissa), for every trainable parameter (ZeRO 0) or for 1/world of them
+//!   (ZeRO 1 and 2);
+//! - reference model: a frozen copy of the weights only for a full update with `kl_coef > 0` (with LoRA the base
+//!   model is the reference for free);
+//! - activations of one micro-batch (`micro_batch × max_seq_len` tokens), see [`activation_bytes`];
+//! - the chunked log-prob buffer: 1024 tokens × vocab of f32 logits, and their gradient;
+//! - buffers of the gradient reduction (ZeRO 0 over several GPUs: `all_reduce_grads`'s f32 copy, concatenation
+//!   and sum of every gradient; ZeRO 1/2: one bucket of [`BUCKET_ELEMS`]) and of the in-place AdamW update
+//!   (about eight f32 slices of [`UPDATE_SLICE`] elements);
+//! - on CUDA a fixed reserve for the context, cuBLAS workspaces and allocator slack.
+//!
+//! The rollout engine, per GPU: its own copy of the weights (candle: with LoRA the merged adapted projections,
+//! with full updates none, it shares the trainer's; mistral.rs: all of them; an external server: nothing), the
+//! KV cache of its share of the rollouts in flight (rollout.concurrency over the GPUs) at `max_seq_len`, or,
+//! when larger, the second copy of the weights that exists while the policy is reloaded after an update (the
+//! new copy is built before the old one is dropped; the KV caches are gone by then).
+
+mod display;
+#[cfg(test)]
+mod tests;
+
+use super::dist::zero::BUCKET_ELEMS;
+use super::optim::UPDATE_SLICE;
+use super::preset::{Device, Dtype, ModelShape, Preset, RolloutEngine};
+use display::gib;
+
+/// Tokens whose logits are materialised at once when computing log-probs.
+pub const LOGPROB_CHUNK_TOKENS: u64 = 1024;
+
+/// Memory kept aside on each GPU for the CUDA context, library workspaces and fragmentation.
+pub const CUDA_RESERVE_BYTES: u64 = 2 * GIB;
+
+const GIB: u64 = 1 << 30;
+
+/// A plan that does not fit in memory, with what to change.
+#[derive(Debug, thiserror::Error)]
+pub enum PlanError {
+    /// The trainer or the rollout engine exceeds its share of the memory the preset declares.
+    #[error("preset {preset} does not fit: {detail}. {advice}")]
+    DoesNotFit {
+        /// The preset's name.
+        preset: String,
+        /// Which side needs how much of what it has.
+        detail: String,
+        /// What would make it fit.
+        advice: String,
+    },
+}
+
+/// Memory per GPU and work per step of a preset; `Display` renders the dry-run table.
+#[derive(Debug, Clone, PartialEq)]
+pub struct MemoryPlan {
+    /// Preset name.
+    pub preset: String,
+    /// CPU or CUDA.
+    pub device: Device,
+    /// Weight dtype.
+    pub dtype: Dtype,
+    /// LoRA rank and number of targeted projections; None for a full update.
+    pub lora: Option<(usize, usize)>,
+    /// Nodes.
+    pub nodes: usize,
+    /// GPUs per node.
+    pub gpus_per_node: usize,
+    /// Processes: nodes × GPUs per node.
+    pub world_size: usize,
+    /// Parameters of the base model.
+    pub base_params: u64,
+    /// Parameters the optimiser updates (the adapters with LoRA, everything otherwise).
+    pub trainable_params: u64,
+    /// ZeRO stage (0: replicated optimiser).
+    pub zero: u8,
+    /// All weights (base and adapters) at the dtype.
+    pub weight_bytes: u64,
+    /// The local gradient sums of the trainable parameters, at every ZeRO stage.
+    pub grad_bytes: u64,
+    /// Gradients the backward pass holds besides the sums.
+    pub grad_transient_bytes: u64,
+    /// This rank's shard of the summed gradient (ZeRO 1 and 2).
+    pub grad_shard_bytes: u64,
+    /// AdamW state and master weights (this rank's shard with ZeRO 1 and 2).
+    pub optimizer_bytes: u64,
+    /// Frozen reference weights for the KL term (0 when not needed).
+    pub reference_bytes: u64,
+    /// Tokens in one micro-batch.
+    pub micro_batch_tokens: u64,
+    /// Activations kept for the backward pass of one micro-batch.
+    pub activation_bytes: u64,
+    /// The part of `activation_bytes` that is attention scores (grows with max_seq_len squared).
+    pub attention_bytes: u64,
+    /// The chunked log-prob buffer.
+    pub logprob_bytes: u64,
+    /// Buffers of the gradient reduction and the in-place update.
+    pub comm_bytes: u64,
+    /// CUDA context and slack (0 on CPU).
+    pub reserve_bytes: u64,
+    /// The trainer's sum of the above.
+    pub trainer_bytes: u64,
+    /// `rollout.gpu_memory_fraction` in effect.
+    pub rollout_fraction: f64,
+    /// Rollouts in flight on one GPU (its share of `rollouts_in_flight`; 0 for an external server).
+    pub rollouts_in_flight_per_gpu: u64,
+    /// The engine's own copy of the weights.
+    pub rollout_weight_bytes: u64,
+    /// The second copy while the engine reloads the policy.
+    pub rollout_reload_bytes: u64,
+    /// KV caches of the rollouts in flight on one GPU, at max_seq_len.
+    pub rollout_kv_bytes: u64,
+    /// The engine's peak: weights + the larger of the KV caches and the reload copy.
+    pub rollout_bytes: u64,
+    /// Trainer and engine.
+    pub total_bytes: u64,
+    /// Memory of one GPU; None on CPU when not declared.
+    pub memory_bytes: Option<u64>,
+    /// The trainer's share: (1 − fraction) × memory.
+    pub trainer_budget_bytes: Option<u64>,
+    /// The engine's share: fraction × memory.
+    pub rollout_budget_bytes: Option<u64>,
+    /// memory − total (negative: does not fit even with a better split).
+    pub headroom_bytes: Option<i64>,
+    /// Whether trainer and engine each fit in their share (true when the memory is not declared).
+    pub fits: bool,
+    /// Rollouts sampled per step (tasks_per_step × group_size).
+    pub rollouts_per_step: u64,
+    /// Rollouts each rank trains on per step.
+    pub rollouts_per_rank: u64,
+    /// Rollouts running at once (rollout.concurrency, at most a step's worth).
+    pub rollouts_in_flight: u64,
+    /// Upper bound of tokens per step (every rollout at max_seq_len).
+    pub tokens_per_step: u64,
+    /// Upper bound of tokens per rank per step.
+    pub tokens_per_rank: u64,
+    /// Forward+backward passes per rank per step (micro-batches × PPO epochs).
+    pub micro_batches_per_rank: u64,
+    /// KV cache of one rollout at max_seq_len, at the dtype (what a sampler holds per sequence).
+    pub kv_bytes_per_rollout: u64,
+    /// The rollout engine.
+    pub engine: RolloutEngine,
+    /// Whether activation recomputation is on.
+    pub recompute: bool,
+    /// Advice when it does not fit.
+    advice: Vec<String>,
+}
+
+/// Activations (total, of which attention scores) of one micro-batch, in bytes.
+///
+/// Korthikanti et al. 2022, "Reducing Activation Recomputation in Large Transformer Models" (the Megatron
+/// formula): one layer keeps `s·b·h·(34 + 5·a·s/h)` bytes with 16-bit activations, i.e. per token
+/// `34·h + 5·a·s`. Of the 34·h, 11·h is the attention block, 4·h the two norms and 19·h a GeLU MLP of width 4h;
+/// Qwen3's SwiGLU MLP of width I keeps its input (2·h) and four I-wide tensors (gate, up, silu, product: 8·I),
+/// so we count `17·h + 8·I + 5·a·s`. The `5·a·s` term is the materialised softmax of the attention scores, which
+/// our candle model keeps (no fused attention backward). The figures are for 2-byte activations; f32 doubles
+/// them. With recomputation only each layer's input (2·h per token per layer) is kept, plus one layer's full
+/// set while it is recomputed.
+pub fn activation_bytes(
+    shape: &ModelShape,
+    dtype: Dtype,
+    micro_batch: u64,
+    seq_len: u64,
+    recompute: bool,
+) -> (u64, u64) {
+    let tokens = micro_batch * seq_len;
+    let h = shape.hidden_size as u64;
+    let i = shape.intermediate_size as u64;
+    let a = shape.num_attention_heads as u64;
+    let layers = shape.num_hidden_layers as u64;
+    let attention_per_token = 5 * a * seq_len;
+    let per_token_layer = 17 * h + 8 * i + attention_per_token;
+    let (units, attention_units) = if recompute {
+        (tokens * layers * 2 * h + tokens * per_token_layer, tokens * attention_per_token)
+    } else {
+        (tokens * layers * per_token_layer, tokens * layers * attention_per_token)
+    };
+    (units * dtype.size() / 2, attention_units * dtype.size() / 2)
+}
+
+/// Parameters of one decoder layer's projections named in `targets` (all seven for a full layer).
+fn projection_params(shape: &ModelShape, targets: &[&str]) -> u64 {
+    targets.iter().filter_map(|t| shape.projection_dims(t)).map(|(i, o)| i as u64 * o as u64).sum()
+}
+
+impl MemoryPlan {
+    /// The plan of `preset` on a model of `shape`.
+    pub fn for_preset(preset: &Preset, shape: &ModelShape) -> MemoryPlan {
+        let mut plan = MemoryPlan::without_advice(preset, shape);
+        if !plan.fits {
+            plan.advice = advise(preset, shape, &plan);
+        }
+        plan
+    }
+
+    fn without_advice(preset: &Preset, shape: &ModelShape) -> MemoryPlan {
+        let dt = preset.dtype.size();
+        let base_params = shape.parameter_count();
+        let all_targets: Vec<&str> = super::preset::LORA_TARGETS.to_vec();
+        let h = shape.hidden_size as u64;
+        let layer_params = projection_params(shape, &all_targets) + 2 * h + 2 * shape.head_dim as u64;
+        // The largest gradient one backward store holds (recompute) and the largest variable.
+        let (trainable_params, lora, adapter_params, largest_piece, largest_var) = match &preset.mode.lora {
+            Some(l) => {
+                let n = shape.lora_parameter_count(l.rank, &l.targets);
+                let per_layer = n / shape.num_hidden_layers.max(1) as u64;
+                let widest = l.targets.iter().filter_map(|t| shape.projection_dims(t)).map(|(i, o)| i.max(o));
+                let var = l.rank as u64 * widest.max().unwrap_or(0) as u64;
+                (n, Some((l.rank, l.targets.len())), n, per_layer, var)
+            }
+            None => {
+                let embed = shape.vocab_size as u64 * h;
+                let widest = all_targets.iter().filter_map(|t| shape.projection_dims(t)).map(|(i, o)| (i * o) as u64);
+                (base_params, None, 0, embed.max(layer_params), embed.max(widest.max().unwrap_or(0)))
+            }
+        };
+        let world = preset.world_size() as u64;
+        let zero = preset.zero_stage();
+        let g = &preset.grpo;
+        let micro_batch = preset.optim.micro_batch as u64;
+        let seq = g.max_seq_len as u64;
+        let rollouts_per_step = (g.tasks_per_step * g.group_size) as u64;
+        let rollouts_per_rank = rollouts_per_step / world.max(1);
+        let per_minibatch = rollouts_per_step.div_ceil(g.minibatches.max(1) as u64).div_ceil(world.max(1));
+        let micro_per_opt_step = per_minibatch.div_ceil(micro_batch.max(1));
+
+        let weight_bytes = (base_params + adapter_params) * dt;
+        let grad_bytes = trainable_params * dt;
+        let grad_transient_bytes = if preset.recompute {
+            2 * largest_piece * dt
+        } else if micro_per_opt_step > 1 {
+            trainable_params * dt
+        } else {
+            0
+        };
+        let shard_params = if zero > 0 { trainable_params.div_ceil(world) } else { trainable_params };
+        let grad_shard_bytes = if zero > 0 { shard_params * dt } else { 0 };
+        let master = if preset.dtype == Dtype::Bf16 { 4 } else { 0 };
+        let optimizer_bytes = shard_params * (8 + master);
+        let reference_bytes = if lora.is_none() && g.kl_coef > 0.0 { base_params * dt } else { 0 };
+        let (activation_bytes, attention_bytes) =
+            activation_bytes(shape, preset.dtype, micro_batch, seq, preset.recompute);
+        // Logits and their gradient, both f32 whatever the weights, for one chunk.
+        let logprob_bytes = 2 * LOGPROB_CHUNK_TOKENS * shape.vocab_size as u64 * 4;
+        let bucket = (BUCKET_ELEMS as u64).min(shard_params * world);
+        let (reduce, update_unit) = match zero {
+            0 if world > 1 => (trainable_params * (8 + if dt == 4 { 0 } else { 4 }), largest_var),
+            0 => (0, largest_var),
+            1 => (12 * bucket, largest_var.div_ceil(world).min(bucket / world)),
+            _ => (8 * bucket + 4 * bucket / world, largest_var.div_ceil(world).min(bucket / world)),
+        };
+        let comm_bytes = reduce + 8 * 4 * update_unit.min(UPDATE_SLICE as u64);
+        let reserve_bytes = if preset.hardware.device == Device::Cuda { CUDA_RESERVE_BYTES } else { 0 };
+        let trainer_bytes = weight_bytes
+            + grad_bytes
+            + grad_transient_bytes
+            + grad_shard_bytes
+            + optimizer_bytes
+            + reference_bytes
+            + activation_bytes
+            + logprob_bytes
+            + comm_bytes
+            + reserve_bytes;
+
+        let rollouts_in_flight = (preset.rollout.concurrency as u64).min(rollouts_per_step);
+        let kv_bytes_per_rollout =
+            2 * shape.num_hidden_layers as u64 * (shape.num_key_value_heads * shape.head_dim) as u64 * seq * dt;
+        let merged_projections = match &preset.mode.lora {
+            Some(l) => {
+                let targets: Vec<&str> = l.targets.iter().map(String::as_str).collect();
+                projection_params(shape, &targets) * shape.num_hidden_layers as u64 * dt
+            }
+            None => 0,
+        };
+        let (rollout_weight_bytes, in_flight_per_gpu) = match preset.rollout.engine {
+            RolloutEngine::Candle => (merged_projections, rollouts_in_flight.div_ceil(world.max(1))),
+            RolloutEngine::Mistralrs => (base_params * dt, rollouts_in_flight.div_ceil(world.max(1))),
+            RolloutEngine::Openai => (0, 0),
+        };
+        let rollout_reload_bytes = rollout_weight_bytes;
+        let rollout_kv_bytes = kv_bytes_per_rollout * in_flight_per_gpu;
+        let rollout_bytes = rollout_weight_bytes + rollout_kv_bytes.max(rollout_reload_bytes);
+        let total_bytes = trainer_bytes + rollout_bytes;
+
+        let fraction = preset.rollout_memory_fraction();
+        let declared = preset.hardware.gpu_memory_gib;
+        let memory_bytes = (declared > 0.0).then_some((declared * GIB as f64) as u64);
+        let rollout_budget_bytes = memory_bytes.map(|m| (m as f64 * fraction) as u64);
+        let trainer_budget_bytes = memory_bytes.zip(rollout_budget_bytes).map(|(m, r)| m - r.min(m));
+        let fits = trainer_budget_bytes
+            .zip(rollout_budget_bytes)
+            .is_none_or(|(t, r)| trainer_bytes <= t && rollout_bytes <= r);
+
+        MemoryPlan {
+            preset: preset.name.clone(),
+            device: preset.hardware.device,
+            dtype: preset.dtype,
+            lora,
+            nodes: preset.hardware.nodes,
+            gpus_per_node: preset.hardware.gpus_per_node,
+            world_size: world as usize,
+            base_params,
+            trainable_params,
+            zero,
+            weight_bytes,
+            grad_bytes,
+            grad_transient_bytes,
+            grad_shard_bytes,
+            optimizer_bytes,
+            reference_bytes,
+            micro_batch_tokens: micro_batch * seq,
+            activation_bytes,
+            attention_bytes,
+            logprob_bytes,
+            comm_bytes,
+            reserve_bytes,
+            trainer_bytes,
+            rollout_fraction: fraction,
+            rollouts_in_flight_per_gpu: in_flight_per_gpu,
+            rollout_weight_bytes,
+            rollout_reload_bytes,
+            rollout_kv_bytes,
+            rollout_bytes,
+            total_bytes,
+            memory_bytes,
+            trainer_budget_bytes,
+            rollout_budget_bytes,
+            headroom_bytes: memory_bytes.map(|m| m as i64 - total_bytes as i64),
+            fits,
+            rollouts_per_step,
+            rollouts_per_rank,
+            rollouts_in_flight,
+            tokens_per_step: rollouts_per_step * seq,
+            tokens_per_rank: rollouts_per_rank * seq,
+            micro_batches_per_rank: rollouts_per_rank.div_ceil(micro_batch.max(1)) * g.ppo_epochs as u64,
+            kv_bytes_per_rollout,
+            engine: preset.rollout.engine,
+            recompute: preset.recompute,
+            advice: Vec::new(),
+        }
+    }
+
+    /// How many bytes the plan is short of fitting: over the whole GPU when trainer and
+    /// engine together need more than it has, else what the side over its share lacks
+    /// (0 when it fits or the memory is not declared).
+    pub fn shortfall_bytes(&self) -> u64 {
+        let (Some(m), Some(t), Some(r)) = (self.memory_bytes, self.trainer_budget_bytes, self.rollout_budget_bytes)
+        else {
+            return 0;
+        };
+        if self.total_bytes > m {
+            return self.total_bytes - m;
+        }
+        self.trainer_bytes.saturating_sub(t).max(self.rollout_bytes.saturating_sub(r))
+    }
+
+    /// Ok when the plan fits; otherwise by how much it does not and what to change.
+    pub fn check(&self) -> Result<(), PlanError> {
+        let (Some(m), Some(t), Some(r), false) =
+            (self.memory_bytes, self.trainer_budget_bytes, self.rollout_budget_bytes, self.fits)
+        else {
+            return Ok(());
+        };
+        let unit = if self.device == Device::Cuda { "GPU" } else { "process" };
+        let side = |need: u64, have: u64| {
+            let verdict = if need > have { format!("{:.1} GiB too much", gib(need - have)) } else { "fits".into() };
+            format!("needs {:.1} GiB of its {:.1} GiB ({verdict})", gib(need), gib(have))
+        };
+        let whole = if self.total_bytes > m {
+            format!(
+                "together {:.1} GiB per {unit} of {:.1} GiB (hardware.gpu_memory_gib), {:.1} GiB too much",
+                gib(self.total_bytes),
+                gib(m),
+                gib(self.total_bytes - m)
+            )
+        } else {
+            format!(
+                "together {:.1} GiB of {:.1} GiB: a better rollout.gpu_memory_fraction fits",
+                gib(self.total_bytes),
+                gib(m)
+            )
+        };
+        Err(PlanError::DoesNotFit {
+            preset: self.preset.clone(),
+            detail: format!(
+                "per {unit}, the trainer {}; the rollout engine {}; {whole}",
+                side(self.trainer_bytes, t),
+                side(self.rollout_bytes, r)
+            ),
+            advice: self.advice.join(" "),
+        })
+    }
+}
+
+/// What would make a plan fit, with the savings computed on variants of the preset.
+fn advise(preset: &Preset, shape: &ModelShape, plan: &MemoryPlan) -> Vec<String> {
+    let mut advice = vec!["Options:".to_string()];
+    let trainer = |p: &Preset| gib(MemoryPlan::without_advice(p, shape).trainer_bytes);
+    let (Some(memory), Some(t_budget), Some(r_budget)) =
+        (plan.memory_bytes, plan.trainer_budget_bytes, plan.rollout_budget_bytes)
+    else {
+        return advice;
+    };
+    if plan.total_bytes <= memory {
+        let lo = (plan.rollout_bytes as f64 / memory as f64 * 100.0).ceil() / 100.0;
+        let hi = ((1.0 - plan.trainer_bytes as f64 / memory as f64) * 100.0).floor() / 100.0;
+        advice.push(format!("set rollout.gpu_memory_fraction between {lo:.2} and {hi:.2};"));
+    }
+    if plan.lora.is_none() && plan.trainer_bytes > t_budget {
+        if plan.world_size > 1 && plan.zero < 2 {
+            let mut z = preset.clone();
+            z.optim.zero = Some(2);
+            advice.push(format!(
+                "set optim.zero: 2 (trainer {:.1} → {:.1} GiB);",
+                gib(plan.trainer_bytes),
+                trainer(&z)
+            ));
+        } else if plan.world_size == 1 && plan.device == Device::Cuda {
+            let mut z = preset.clone();
+            z.hardware.gpus_per_node = 8;
+            z.optim.zero = Some(2);
+            advice.push(format!("train on 8 such GPUs with optim.zero: 2 (trainer {:.1} GiB per GPU);", trainer(&z)));
+        }
+        let mut lora = preset.clone();
+        lora.mode.full = false;
+        lora.optim.zero = None;
+        lora.mode.lora = Some(super::preset::LoraSection {
+            rank: 32,
+            alpha: 64.0,
+            dropout: 0.0,
+            targets: super::preset::LORA_TARGETS.iter().map(|t| t.to_string()).collect(),
+        });
+        advice.push(format!(
+            "train LoRA instead (mode.lora; rank 32 on all projections: trainer {:.1} GiB);",
+            trainer(&lora)
+        ));
+    }
+    if plan.trainer_bytes > t_budget {
+        if !preset.recompute {
+            let mut r = preset.clone();
+            r.recompute = true;
+            let alt = MemoryPlan::without_advice(&r, shape);
+            advice.push(format!(
+                "set recompute: true (activations {:.1} → {:.1} GiB);",
+                gib(plan.activation_bytes),
+                gib(alt.activation_bytes)
+            ));
+        }
+        if preset.optim.micro_batch > 1 {
+            let mut m = preset.clone();
+            m.optim.micro_batch = 1;
+            let alt = MemoryPlan::without_advice(&m, shape);
+            advice.push(format!("lower optim.micro_batch (at 1: activations {:.1} GiB);", gib(alt.activation_bytes)));
+        }
+        if plan.reference_bytes > 0 {
+            advice
+                .push(format!("set grpo.kl_coef: 0 (drops the {:.1} GiB reference copy);", gib(plan.reference_bytes)));
+        }
+    }
+    if plan.attention_bytes > 0 || plan.rollout_kv_bytes > r_budget {
+        let mut s = preset.clone();
+        s.grpo.max_seq_len = (preset.grpo.max_seq_len / 2).max(preset.grpo.max_new_tokens + 1);
+        let alt = MemoryPlan::without_advice(&s, shape);
+        advice.push(format!(
+            "lower grpo.max_seq_len (attention scores grow with its square; at {}: activations {:.1} GiB, KV cache \
+             {:.1} GiB);",
+            s.grpo.max_seq_len,
+            gib(alt.activation_bytes),
+            gib(alt.rollout_kv_bytes)
+        ));
+    }
+    if plan.rollout_bytes > r_budget && plan.rollout_kv_bytes > 0 {
+        advice.push(format!(
+            "lower rollout.concurrency (each rollout in flight holds up to {:.2} GiB of KV cache; {} per GPU now);",
+            gib(plan.kv_bytes_per_rollout),
+            plan.rollouts_in_flight_per_gpu
+        ));
+    }
+    let floor = plan.weight_bytes + plan.grad_bytes + plan.rollout_weight_bytes;
+    if floor + plan.reserve_bytes > memory {
+        let mut why = format!(
+            "Whatever the ZeRO stage, every GPU holds the {:.1} GiB of weights and the {:.1} GiB local gradient",
+            gib(plan.weight_bytes),
+            gib(plan.grad_bytes)
+        );
+        if plan.rollout_weight_bytes > 0 {
+            why += &format!(" and the rollout engine's {:.1} GiB copy of the weights", gib(plan.rollout_weight_bytes));
+        }
+        advice.push(format!(
+            "{why}, {:.1} GiB before anything else: parameter sharding (ZeRO-3/FSDP, not implemented) would divide \
+             the first two by the world size{}.",
+            gib(floor),
+            if plan.rollout_weight_bytes > 0 {
+                ", and a sampler applying the adapters unmerged (not implemented) would need no copy"
+            } else {
+                ""
+            }
+        ));
+    } else if plan.rollout_reload_bytes > r_budget.saturating_sub(plan.rollout_weight_bytes)
+        && plan.rollout_reload_bytes > 0
+    {
+        advice.push(format!(
+            "A reload that dropped the old copy of the policy before building the new one (not implemented) would \
+             save {:.1} GiB on the engine's side.",
+            gib(plan.rollout_reload_bytes)
+        ));
+    }
+    advice.push(
+        "Or use GPUs with more memory; more GPUs shrink only the ZeRO shards (optimiser state, summed gradient)."
+            .to_string(),
+    );
+    advice
+}

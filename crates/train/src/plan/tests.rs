@@ -1,0 +1,221 @@
+//! Tests of the memory plan.
+
+use super::*;
+use crate::preset::{LoraSection, LORA_TARGETS};
+
+fn qwen3_8b() -> ModelShape {
+    Preset::builtin("qwen3-8b-lora-1xh200").unwrap().model.shape.unwrap()
+}
+
+fn qwen3_32b() -> ModelShape {
+    Preset::builtin("qwen3-32b-lora-1xh200").unwrap().model.shape.unwrap()
+}
+
+fn plan_of(p: &Preset) -> MemoryPlan {
+    MemoryPlan::for_preset(p, &p.model.shape.unwrap())
+}
+
+fn plan(name: &str) -> MemoryPlan {
+    plan_of(&Preset::builtin(name).unwrap())
+}
+
+#[test]
+fn qwen3_parameter_counts() {
+    let n8 = qwen3_8b().parameter_count() as f64;
+    assert!((n8 / 8.19e9 - 1.0).abs() < 0.01, "Qwen3-8B: {n8}");
+    let n32 = qwen3_32b().parameter_count() as f64;
+    assert!((n32 / 32.8e9 - 1.0).abs() < 0.01, "Qwen3-32B: {n32}");
+}
+
+#[test]
+fn lora_trainable_count_by_hand() {
+    let mut p = Preset::builtin("cpu-tiny").unwrap();
+    let shape = ModelShape {
+        hidden_size: 16,
+        num_hidden_layers: 3,
+        num_attention_heads: 4,
+        num_key_value_heads: 2,
+        head_dim: 4,
+        intermediate_size: 32,
+        vocab_size: 100,
+        tie_word_embeddings: true,
+    };
+    p.mode.lora = Some(LoraSection {
+        rank: 4,
+        alpha: 8.0,
+        dropout: 0.0,
+        targets: vec!["q_proj".into(), "v_proj".into(), "down_proj".into()],
+    });
+    let plan = MemoryPlan::for_preset(&p, &shape);
+    // q 16→16, v 16→8, down 32→16: r·(in+out) = 4·(32 + 24 + 48) = 416 per layer, 3 layers.
+    assert_eq!(plan.trainable_params, 1248);
+    // f32: grads 4 bytes, AdamW m+v 8 bytes, no master copy; one process, no shards.
+    assert_eq!((plan.zero, plan.grad_bytes, plan.grad_shard_bytes), (0, 1248 * 4, 0));
+    assert_eq!(plan.optimizer_bytes, 1248 * 8);
+    assert_eq!(plan.weight_bytes, (shape.parameter_count() + 1248) * 4);
+    // The candle sampler merges the three adapted projections: (16·16 + 16·8 + 32·16)·3 weights.
+    assert_eq!(plan.rollout_weight_bytes, (256 + 128 + 512) * 3 * 4);
+    assert!(plan.fits && plan.check().is_ok(), "CPU without declared memory is not checked");
+}
+
+#[test]
+fn replicated_bf16_full_update_accounting() {
+    let plan = plan("qwen3-8b-full-1xh200");
+    let n = plan.base_params;
+    assert_eq!((plan.zero, plan.trainable_params), (0, n));
+    assert_eq!(plan.weight_bytes, 2 * n);
+    assert_eq!(plan.grad_bytes, 2 * n);
+    assert_eq!(plan.grad_shard_bytes, 0);
+    assert_eq!(plan.optimizer_bytes, 12 * n, "m, v and master copy in f32");
+    // One GPU: no reduction buffers, the update's slices only.
+    assert_eq!(plan.comm_bytes, 8 * 4 * UPDATE_SLICE as u64);
+    // Full updates sample from the trainer's own weights.
+    assert_eq!(plan.rollout_weight_bytes, 0);
+}
+
+#[test]
+fn zero2_shards_the_optimiser_and_the_summed_gradient_only() {
+    let p = Preset::builtin("qwen3-8b-full-8xh100").unwrap();
+    let z2 = plan_of(&p);
+    let n = z2.base_params;
+    assert_eq!((z2.zero, z2.world_size), (2, 8));
+    assert_eq!(z2.weight_bytes, 2 * n, "weights stay whole");
+    assert_eq!(z2.grad_bytes, 2 * n, "the local gradient sums stay whole");
+    assert_eq!(z2.grad_shard_bytes, 2 * n.div_ceil(8));
+    assert_eq!(z2.optimizer_bytes, 12 * n.div_ceil(8));
+    let mut zero1 = p.clone();
+    zero1.optim.zero = Some(1);
+    let z1 = plan_of(&zero1);
+    assert_eq!((z1.optimizer_bytes, z1.grad_shard_bytes), (z2.optimizer_bytes, z2.grad_shard_bytes));
+    assert!(z1.comm_bytes > z2.comm_bytes, "stage 1 all-reduces a whole bucket");
+    let mut zero0 = p.clone();
+    zero0.optim.zero = Some(0);
+    let z0 = plan_of(&zero0);
+    assert_eq!(z0.optimizer_bytes, 12 * n);
+    // all_reduce_grads: f32 copies of the bf16 gradients, their concatenation and the sum.
+    assert!(z0.comm_bytes >= 12 * n, "{}", z0.comm_bytes);
+    assert!(z2.trainer_bytes + 90 * GIB < z0.trainer_bytes);
+    assert!(z2.to_string().contains("ZeRO-2"), "{z2}");
+}
+
+#[test]
+fn the_rollout_engine_gets_its_fraction() {
+    let mut p = Preset::builtin("qwen3-8b-lora-8xh100").unwrap();
+    p.rollout.concurrency = 20;
+    p.rollout.gpu_memory_fraction = Some(0.25);
+    let shape = p.model.shape.unwrap();
+    let plan = plan_of(&p);
+    // 20 rollouts over 8 GPUs: up to 3 on one.
+    assert_eq!(plan.rollouts_in_flight_per_gpu, 3);
+    assert_eq!(plan.rollout_kv_bytes, 3 * plan.kv_bytes_per_rollout);
+    let projections: u64 =
+        LORA_TARGETS.iter().map(|t| shape.projection_dims(t).map(|(i, o)| (i * o) as u64).unwrap()).sum::<u64>()
+            * shape.num_hidden_layers as u64;
+    assert_eq!(plan.rollout_weight_bytes, 2 * projections, "the merged projections, bf16");
+    assert_eq!(plan.rollout_bytes, plan.rollout_weight_bytes + plan.rollout_kv_bytes.max(plan.rollout_reload_bytes));
+    assert_eq!(plan.rollout_budget_bytes, Some(20 * GIB));
+    assert_eq!(plan.trainer_budget_bytes, Some(60 * GIB));
+    assert_eq!(plan.total_bytes, plan.trainer_bytes + plan.rollout_bytes);
+
+    p.rollout.engine = RolloutEngine::Mistralrs;
+    assert_eq!(plan_of(&p).rollout_weight_bytes, 2 * plan.base_params);
+    p.rollout.engine = RolloutEngine::Openai;
+    p.rollout.gpu_memory_fraction = None;
+    let external = plan_of(&p);
+    assert_eq!((external.rollout_bytes, external.rollout_fraction), (0, 0.0));
+}
+
+/// Trainer and engine fit together but not in their shares: the advice names the fractions that work.
+#[test]
+fn a_wrong_split_is_told_apart_from_too_little_memory() {
+    let mut p = Preset::builtin("qwen3-8b-full-8xh100").unwrap();
+    let fitting = plan_of(&p);
+    assert!(fitting.fits, "{fitting}");
+    p.rollout.gpu_memory_fraction = Some(0.9);
+    let plan = plan_of(&p);
+    assert!(!plan.fits && plan.total_bytes <= plan.memory_bytes.unwrap());
+    let err = plan.check().unwrap_err().to_string();
+    assert!(err.contains("GiB too much") && err.contains("a better rollout.gpu_memory_fraction fits"), "{err}");
+    assert!(err.contains("set rollout.gpu_memory_fraction between"), "{err}");
+}
+
+#[test]
+fn qwen3_32b_full_does_not_fit_on_8_h100_even_with_zero2() {
+    let plan = plan("qwen3-32b-full-8xh100");
+    assert_eq!(plan.zero, 2);
+    assert!(!plan.fits);
+    // Weights and local gradient sums alone: 2 × 61 GiB on an 80 GiB GPU.
+    assert!(plan.weight_bytes + plan.grad_bytes > plan.memory_bytes.unwrap());
+    let err = plan.check().unwrap_err().to_string();
+    assert!(err.contains("qwen3-32b-full-8xh100") && err.contains("GiB too much"), "{err}");
+    assert!(err.contains("LoRA") && err.contains("ZeRO-3/FSDP, not implemented"), "{err}");
+    let table = plan.to_string();
+    assert!(table.contains("NO") && table.contains("weights replicated"), "{table}");
+}
+
+#[test]
+fn recompute_keeps_less() {
+    let shape = qwen3_8b();
+    let (with, _) = activation_bytes(&shape, Dtype::Bf16, 1, 4096, true);
+    let (without, attention) = activation_bytes(&shape, Dtype::Bf16, 1, 4096, false);
+    assert!(with * 10 < without, "{with} vs {without}");
+    // Without recompute: per token per layer 17h + 8I + 5as 2-byte units, at bf16 that is bytes.
+    let per = 17 * 4096 + 8 * 12288 + 5 * 32 * 4096;
+    assert_eq!(without, 4096 * 36 * per);
+    assert_eq!(attention, 4096 * 36 * 5 * 32 * 4096);
+    let (f32_bytes, _) = activation_bytes(&shape, Dtype::F32, 1, 4096, false);
+    assert_eq!(f32_bytes, 2 * without);
+}
+
+#[test]
+fn step_figures() {
+    let p = Preset::builtin("cpu-tiny").unwrap();
+    let plan = MemoryPlan::for_preset(&p, &qwen3_8b());
+    assert_eq!(plan.rollouts_per_step, 32);
+    assert_eq!(plan.tokens_per_step, 32 * 512);
+    assert_eq!(plan.rollouts_in_flight, 8);
+    // 32 rollouts in micro-batches of 16, two epochs.
+    assert_eq!(plan.micro_batches_per_rank, 4);
+}
+
+#[test]
+fn multi_node_splits_work_per_rank() {
+    let plan = plan("qwen3-8b-lora-4x8xh100");
+    assert_eq!(plan.world_size, 32);
+    assert_eq!(plan.rollouts_per_rank * 32, plan.rollouts_per_step);
+    assert_eq!(plan.tokens_per_rank * 32, plan.tokens_per_step);
+}
+
+/// The acceptance rule: every shipped preset fits, or its header comment says that it does
+/// not and by how much (the plan's own figure). Prints every plan (`--nocapture`): the
+/// README's table comes from here.
+#[test]
+fn every_shipped_preset_fits_or_says_by_how_much() {
+    let (mut summary, mut wrong) = (Vec::new(), Vec::new());
+    for name in Preset::builtin_names() {
+        let preset = Preset::builtin(name).unwrap();
+        let Some(shape) = preset.model.shape else { continue };
+        let plan = MemoryPlan::for_preset(&preset, &shape);
+        println!("{plan}");
+        let file = format!("{}/../../presets/{name}.yaml", env!("CARGO_MANIFEST_DIR"));
+        let text = std::fs::read_to_string(&file).unwrap();
+        let header: String = text.lines().take_while(|l| l.starts_with('#')).collect::<Vec<_>>().join("\n");
+        let short = format!("{:.1} GiB", gib(plan.shortfall_bytes()));
+        if plan.fits && header.contains("Does not fit") {
+            wrong.push(format!("{name} fits but its header says it does not"));
+        } else if !(plan.fits || header.contains("Does not fit") && header.contains(&short)) {
+            wrong.push(format!("{name} does not fit (short by {short}); its header must say so with that figure"));
+        }
+        summary.push(format!(
+            "| {name} | {} | {:.1} of {:.0} | {:.1} + {:.1} | {} |",
+            plan.zero,
+            gib(plan.total_bytes),
+            gib(plan.memory_bytes.unwrap_or(0)),
+            gib(plan.trainer_bytes),
+            gib(plan.rollout_bytes),
+            if plan.fits { "yes".to_string() } else { format!("no, {short} short") }
+        ));
+    }
+    println!("{}", summary.join("\n"));
+    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+}
