@@ -176,15 +176,19 @@ pub async fn run(args: TrainArgs, config: Config) -> anyhow::Result<u8> {
         eprintln!("● training into {}", out.display());
     }
     let mut signals = Signals::install()?;
-    let task = start_training(opts, log)?;
+    let mut training = Training::start(opts, log)?;
     let aborted = world.aborted().unwrap_or_default();
     let result = tokio::select! {
-        r = task => r.unwrap_or_else(|_| Err(agent_train::TrainError::Other("the training thread ended without a result".into()))),
+        r = &mut training.result => {
+            training.done = true;
+            r.unwrap_or_else(|_| Err(agent_train::TrainError::Other("the training thread ended without a result".into())))
+        }
         () = aborted.cancelled() => {
             Err(agent_train::TrainError::Distributed(world.abort_reason().unwrap_or_default()))
         }
         sig = signals.recv() => {
             world.fail(&format!("rank {rank} was stopped by signal {sig}"));
+            training.stop().await;
             remove_containers(&docker).await;
             eprintln!("✗ interrupted; `agent train --resume --out {}` continues from the last checkpoint", out.display());
             return Ok(Signals::exit_code(sig));
@@ -194,6 +198,7 @@ pub async fn run(args: TrainArgs, config: Config) -> anyhow::Result<u8> {
         Ok(report) => report,
         Err(e) => {
             world.fail(&format!("rank {rank} failed: {e}"));
+            training.stop().await;
             remove_containers(&docker).await;
             return Err(e.into());
         }
@@ -212,33 +217,60 @@ pub async fn run(args: TrainArgs, config: Config) -> anyhow::Result<u8> {
     Ok(0)
 }
 
-/// Runs the training on a thread of its own, with its own runtime and engine connection:
-/// a rank blocked in a collective must not keep this one from seeing a signal or the
-/// death of another rank.
-fn start_training(
-    opts: TrainOptions,
-    log: Arc<dyn Fn(String) + Send + Sync>,
-) -> anyhow::Result<tokio::sync::oneshot::Receiver<Result<agent_train::EvalReport, agent_train::TrainError>>> {
-    let (tx, rx) = tokio::sync::oneshot::channel();
-    std::thread::Builder::new()
-        .name("train".into())
-        .spawn(move || {
-            let result = tokio::runtime::Builder::new_multi_thread()
-                .enable_all()
-                .build()
-                .map_err(|e| agent_train::TrainError::Other(format!("cannot start the training runtime: {e}")))
-                .and_then(|rt| {
-                    rt.block_on(async {
-                        let docker = agent_sandbox::connect()
-                            .await
-                            .map_err(|e| agent_train::TrainError::Other(e.to_string()))?;
-                        agent_train::train(opts, &docker, &|l| log(l)).await
-                    })
+/// The training, on a thread of its own with its own runtime and engine connection: a
+/// rank blocked in a collective must not keep this one from seeing a signal or the death
+/// of another rank.
+struct Training {
+    result: tokio::sync::oneshot::Receiver<Result<agent_train::EvalReport, agent_train::TrainError>>,
+    cancel: tokio_util::sync::CancellationToken,
+    done: bool,
+}
+
+impl Training {
+    fn start(opts: TrainOptions, log: Arc<dyn Fn(String) + Send + Sync>) -> anyhow::Result<Training> {
+        let (tx, result) = tokio::sync::oneshot::channel();
+        let cancel = tokio_util::sync::CancellationToken::new();
+        let stop = cancel.clone();
+        std::thread::Builder::new()
+            .name("train".into())
+            .spawn(move || {
+                let rt = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+                    Ok(rt) => rt,
+                    Err(e) => {
+                        let _ = tx.send(Err(agent_train::TrainError::Other(format!(
+                            "cannot start the training runtime: {e}"
+                        ))));
+                        return;
+                    }
+                };
+                let result = rt.block_on(async {
+                    tokio::select! {
+                        r = async {
+                            let docker = agent_sandbox::connect()
+                                .await
+                                .map_err(|e| agent_train::TrainError::Other(e.to_string()))?;
+                            agent_train::train(opts, &docker, &|l| log(l)).await
+                        } => r,
+                        () = stop.cancelled() => Err(agent_train::TrainError::Other("stopped".into())),
+                    }
                 });
-            let _ = tx.send(result);
-        })
-        .context("starting the training thread")?;
-    Ok(rx)
+                // Rollouts in flight were dropped with the future; their tasks go with the runtime.
+                rt.shutdown_timeout(std::time::Duration::from_secs(10));
+                let _ = tx.send(result);
+            })
+            .context("starting the training thread")?;
+        Ok(Training { result, cancel, done: false })
+    }
+
+    /// Stops the training (its rollouts are dropped at their next await) and waits for
+    /// the thread to end, so that no container is created after the cleanup that follows.
+    async fn stop(&mut self) {
+        self.cancel.cancel();
+        if !self.done {
+            self.done = true;
+            let _ = tokio::time::timeout(std::time::Duration::from_secs(30), &mut self.result).await;
+        }
+    }
 }
 
 /// Joins the world `env` describes (the rendezvous checks that every rank runs this

@@ -390,6 +390,9 @@ async fn remove_container(docker: &Engine, id: &str) {
     match docker.api().remove_container(id, Some(opts)).await {
         Ok(()) => {}
         Err(e) if is_not_found(&e) => {}
+        // Another remover (a sweep, the run's own teardown) got there first.
+        Err(bollard::errors::Error::DockerResponseServerError { status_code: 409, message })
+            if message.contains("already in progress") => {}
         Err(e) => tracing::warn!("could not remove container {id}: {e}"),
     }
     unregister(id);
