@@ -8,9 +8,9 @@ use anyhow::Context;
 use clap::Args;
 
 use agent_core::config::Config;
+use agent_train::dist::{Collective, WorldEnv};
 use agent_train::plan::MemoryPlan;
 use agent_train::preset::{LoraSection, Preset, RolloutEngine};
-use agent_train::dist::{Collective, WorldEnv};
 use agent_train::TrainOptions;
 
 use super::signals::Signals;
@@ -290,7 +290,11 @@ async fn join_world(env: &WorldEnv, preset: &Preset) -> anyhow::Result<Arc<dyn C
 }
 
 #[cfg(feature = "nccl")]
-fn nccl_or_tcp(tcp: agent_train::dist::TcpWorld, env: &WorldEnv, preset: &Preset) -> anyhow::Result<Arc<dyn Collective>> {
+fn nccl_or_tcp(
+    tcp: agent_train::dist::TcpWorld,
+    env: &WorldEnv,
+    preset: &Preset,
+) -> anyhow::Result<Arc<dyn Collective>> {
     if preset.hardware.device == agent_train::preset::Device::Cuda {
         let device = candle_core::Device::new_cuda(env.local_rank)?;
         return Ok(Arc::new(agent_train::dist::NcclWorld::new(tcp, &device)?));
@@ -299,7 +303,11 @@ fn nccl_or_tcp(tcp: agent_train::dist::TcpWorld, env: &WorldEnv, preset: &Preset
 }
 
 #[cfg(not(feature = "nccl"))]
-fn nccl_or_tcp(tcp: agent_train::dist::TcpWorld, _env: &WorldEnv, _preset: &Preset) -> anyhow::Result<Arc<dyn Collective>> {
+fn nccl_or_tcp(
+    tcp: agent_train::dist::TcpWorld,
+    _env: &WorldEnv,
+    _preset: &Preset,
+) -> anyhow::Result<Arc<dyn Collective>> {
     Ok(Arc::new(tcp))
 }
 

@@ -102,7 +102,10 @@ pub async fn launch(args: &LaunchArgs, nproc: usize, out: &Path, docker: &agent_
                 eprintln!("✗ {why}");
             }
         }
-        eprintln!("✗ the run stopped; `agent train --resume --out {}` (same launch flags) continues from the last checkpoint", out.display());
+        eprintln!(
+            "✗ the run stopped; `agent train --resume --out {}` (same launch flags) continues from the last checkpoint",
+            out.display()
+        );
     }
     Ok(code)
 }

@@ -8,13 +8,13 @@
 #![cfg_attr(not(feature = "engines"), allow(dead_code, unused_imports))]
 
 pub mod checkpoint;
+pub mod dist;
 pub mod error;
 pub mod gpu_check;
 pub mod grpo;
 pub mod metrics;
 pub mod model;
 pub mod optim;
-pub mod dist;
 pub mod perf;
 pub mod plan;
 pub mod plot;

@@ -10,10 +10,10 @@ use std::time::Instant;
 use candle_core::{DType, Device, Tensor};
 use serde::Serialize;
 
+use super::dist::SingleRank;
 use super::error::{TensorContext, TrainError};
 use super::model::{LoraSettings, Qwen3, Qwen3Config, TrainMode, LORA_TARGETS};
 use super::optim::{AdamW, AdamWSettings};
-use super::dist::SingleRank;
 use super::update::{backward, sft_step, Sample, UpdateSettings};
 
 /// A benchmark shape.

@@ -10,10 +10,10 @@ use rand::seq::SliceRandom;
 use rand::SeedableRng;
 use tokenizers::Tokenizer;
 
+use super::dist::SingleRank;
 use super::error::TrainError;
 use super::model::{peft, Qwen3, TrainMode};
 use super::optim::{AdamW, AdamWSettings};
-use super::dist::SingleRank;
 use super::preset::Preset;
 use super::sft::{read_transcripts, transcript_sample};
 use super::update::{sft_step, Sample, UpdateSettings};

@@ -7,11 +7,11 @@ use std::time::Instant;
 use indicatif::ProgressBar;
 
 use super::checkpoint::{CheckpointState, Checkpoints};
+use super::dist::Collective;
 use super::error::TrainError;
 use super::metrics::{MetricsLog, StepMetrics};
 use super::model::{Qwen3, TrainMode};
 use super::optim::AdamW;
-use super::dist::Collective;
 use super::plot::write_reward_svg;
 use super::preset::Preset;
 use super::rollout::{run_spread, Rollout, RolloutRunner, RolloutSampler};

@@ -7,9 +7,9 @@ use std::path::PathBuf;
 
 use candle_core::Device;
 
+use super::dist::SingleRank;
 use super::model::Qwen3;
 use super::optim::AdamW;
-use super::dist::SingleRank;
 use super::preset::Preset;
 use super::rollout::chat::render_prompt;
 use super::rollout::{GenerateRequest, Recording, Rollout, RolloutPlan, RolloutStatus, Sampler, Segment};

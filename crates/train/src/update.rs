@@ -294,7 +294,12 @@ pub fn grpo_update(
 /// ranks (in rank order) adds them in one process's order: the update is the same to the
 /// bit. (Splitting sequences instead would change each micro-batch's padding, and with it
 /// the rounding of every reduction inside the model.)
-fn rank_micro_batches<T>(items: &[T], micro_batch: usize, rank: usize, size: usize) -> impl Iterator<Item = (usize, &[T])> {
+fn rank_micro_batches<T>(
+    items: &[T],
+    micro_batch: usize,
+    rank: usize,
+    size: usize,
+) -> impl Iterator<Item = (usize, &[T])> {
     let n = items.len().div_ceil(micro_batch.max(1));
     let (base, extra) = (n / size.max(1), n % size.max(1));
     let lo = rank * base + rank.min(extra);

@@ -212,7 +212,8 @@ pub fn all_reduce_grads(
 }
 
 fn tensor_bytes(t: &Tensor) -> Result<Vec<u8>, TrainError> {
-    let v = t.to_dtype(DType::F32).and_then(|t| t.flatten_all()?.to_vec1::<f32>()).ctx("copying a tensor to the host")?;
+    let v =
+        t.to_dtype(DType::F32).and_then(|t| t.flatten_all()?.to_vec1::<f32>()).ctx("copying a tensor to the host")?;
     Ok(v.iter().flat_map(|x| x.to_le_bytes()).collect())
 }
 

@@ -98,7 +98,8 @@ fn host_rendezvous(
     let mut joined: Vec<Option<(Hello, TcpStream)>> = (0..env.world_size).map(|_| None).collect();
     while joined.iter().skip(1).any(Option::is_none) {
         if Instant::now() > deadline {
-            let missing: Vec<String> = (1..env.world_size).filter(|r| joined[*r].is_none()).map(|r| r.to_string()).collect();
+            let missing: Vec<String> =
+                (1..env.world_size).filter(|r| joined[*r].is_none()).map(|r| r.to_string()).collect();
             let why = format!(
                 "rank(s) {} did not join the rendezvous on {bind} within {} s: are they started, with MASTER_ADDR \
                  and MASTER_PORT pointing here?",
@@ -147,11 +148,8 @@ fn host_rendezvous(
         let r = hello.rank;
         joined[r] = Some((hello, stream));
     }
-    let problems: Vec<String> = joined
-        .iter()
-        .flatten()
-        .flat_map(|(h, _)| h.identity.differences(h.rank, identity))
-        .collect();
+    let problems: Vec<String> =
+        joined.iter().flatten().flat_map(|(h, _)| h.identity.differences(h.rank, identity)).collect();
     if !problems.is_empty() {
         let why = format!(
             "the ranks disagree, so none starts: {}. Every rank must run the same agent build with the same preset \

@@ -163,7 +163,8 @@ impl TcpWorld {
                     }
                 }
                 Err(RecvTimeoutError::Disconnected) => {
-                    let why = self.inner.abort.reason().unwrap_or_else(|| format!("the connection to {} closed", link.who));
+                    let why =
+                        self.inner.abort.reason().unwrap_or_else(|| format!("the connection to {} closed", link.who));
                     return Err(TrainError::Distributed(why));
                 }
             }
