@@ -296,8 +296,7 @@ fn nccl_or_tcp(
     preset: &Preset,
 ) -> anyhow::Result<Arc<dyn Collective>> {
     if preset.hardware.device == agent_train::preset::Device::Cuda {
-        let device = candle_core::Device::new_cuda(env.local_rank)?;
-        return Ok(Arc::new(agent_train::dist::NcclWorld::new(tcp, &device)?));
+        return Ok(Arc::new(agent_train::dist::NcclWorld::on_gpu(tcp, env.local_rank)?));
     }
     Ok(Arc::new(tcp))
 }

@@ -6,7 +6,7 @@
 //! - [`TcpWorld`]: ranks as processes (or hosts) joined by a rendezvous on the master
 //!   address; the CPU backend, and the control plane of every multi-process run (rollout
 //!   exchange, identity checks, the death of a rank).
-//! - `NcclWorld` (feature `nccl`): tensors on GPUs reduced by NCCL, the control plane
+//! - `NcclWorld` (feature `nccl-collective`, part of `nccl`): tensors on GPUs reduced by NCCL, the control plane
 //!   over a [`TcpWorld`].
 //!
 //! Every reduction is the same on every rank, so every rank takes the same update.

@@ -2,12 +2,15 @@
 //! bindings, as candle re-exports them), with the control plane — rank, world size, byte
 //! exchange, the death of a rank — over a [`TcpWorld`].
 //!
-//! Every operation runs on the tensor's own CUDA stream (candle's), so it is ordered after
-//! the kernels that produced its input, and the host then waits for it. Waiting costs
-//! little (a collective ends every optimiser step anyway) and it is what makes a dead rank
-//! survivable: NCCL has no timeout of its own, and a kernel waiting for a peer that died
-//! spins forever, so a plain stream synchronisation would never return. The host polls
-//! the operation's completion instead, and between polls looks at the control plane:
+//! Every operation runs on the communicator's CUDA stream — candle's stream of the
+//! device the world was made with, for `Device::new_cuda` the GPU's default stream,
+//! which every such handle shares — after the kernels that produced its input (a tensor
+//! whose handle has a stream of its own is ordered by an event), and the host then
+//! waits for it. Waiting costs little (a collective ends every optimiser step anyway)
+//! and it is what makes a dead rank survivable: NCCL has no timeout of its own, and a
+//! kernel waiting for a peer that died spins forever, so a plain stream synchronisation
+//! would never return. The host polls the operation's completion instead, and between
+//! polls looks at the control plane:
 //!
 //! - when the [`TcpWorld`] aborts (a rank's connection closed without a goodbye, or it
 //!   stayed silent past the heartbeat limit: [`Abort`]'s token is cancelled), the
@@ -15,7 +18,7 @@
 //!   dropped): the waiting kernels return, and the call fails with the world's reason;
 //! - when an operation outlives `AGENT_NCCL_TIMEOUT_SECS` (default 600, PyTorch's NCCL
 //!   default) with every rank alive — ranks calling different collectives, a hung GPU —
-//!   this rank ends the world for everyone ([`TcpWorld::fail`]) and aborts likewise.
+//!   this rank ends the world for everyone ([`Collective::fail`]) and aborts likewise.
 //!
 //! After an abort every later operation fails at once. Communicator creation waits the
 //! same way (it is collective: a rank that died before joining would keep the others in
@@ -34,7 +37,6 @@ use std::sync::mpsc::{channel, RecvTimeoutError};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use candle_core::backend::BackendDevice;
 use candle_core::cuda_backend::cudarc::driver::{CudaSlice, DeviceRepr, ValidAsZeroBits};
 use candle_core::cuda_backend::cudarc::nccl::{Comm, Id, NcclType, ReduceOp};
 use candle_core::cuda_backend::{CudaDType, CudaStorageSlice};
@@ -136,6 +138,18 @@ impl NcclWorld {
         Ok(NcclWorld { comm: Mutex::new(Some(comm)), device: cuda.clone(), abort, timeout, control })
     }
 
+    /// [`NcclWorld::new`] on CUDA device `ordinal` (a rank's `LOCAL_RANK`), for callers that
+    /// hold no candle device of their own.
+    pub fn on_gpu(control: TcpWorld, ordinal: usize) -> Result<Self, TrainError> {
+        match crate::perf::cuda_device(ordinal) {
+            Ok(device) => NcclWorld::new(control, &device),
+            Err(e) => {
+                control.fail(&format!("rank {}: {e}", control.rank()));
+                Err(e)
+            }
+        }
+    }
+
     /// The control plane (rollout exchange, barriers, the world's end).
     pub fn control(&self) -> &TcpWorld {
         &self.control
@@ -144,10 +158,13 @@ impl NcclWorld {
     /// Runs `op` on `t` through NCCL; `None` when `t` is not on this world's GPU or has a
     /// dtype left to the host path.
     fn run(&self, t: &Tensor, op: Op) -> Result<Option<Tensor>, TrainError> {
-        match t.device() {
-            Device::Cuda(d) if d.same_device(&self.device) => {}
+        // The GPU, not candle's device handle, decides: each `Device::new_cuda` is a
+        // handle of its own, and the model's need not be the one this world was made with.
+        let on_gpu = |d: &CudaDevice| d.cuda_stream().context().ordinal();
+        let data = match t.device() {
+            Device::Cuda(d) if on_gpu(d) == on_gpu(&self.device) => d.clone(),
             _ => return Ok(None),
-        }
+        };
         let (n, w) = (t.elem_count(), self.world_size());
         let (out_len, out_shape): (usize, Shape) = match op {
             Op::AllReduce | Op::Broadcast(_) => (n, t.shape().clone()),
@@ -159,8 +176,8 @@ impl NcclWorld {
         let Some(comm) = guard.as_ref() else {
             return Err(self.ended());
         };
-        let stream = self.device.cuda_stream();
-        stream
+        self.device
+            .cuda_stream()
             .context()
             .bind_to_thread()
             .map_err(|e| TrainError::Distributed(format!("cannot bind the CUDA context for NCCL: {e:?}")))?;
@@ -170,7 +187,7 @@ impl NcclWorld {
             let Some((start, end)) = layout.contiguous_offsets() else {
                 return Err(TrainError::Distributed("an NCCL input is not contiguous".into()));
             };
-            let (c, dev, rank) = (&comm.0, &self.device, self.rank());
+            let (c, dev, rank) = (&comm.0, &data, self.rank());
             match &cs.slice {
                 CudaStorageSlice::F32(s) => enqueue(c, dev, s, start..end, op, rank, out_len),
                 CudaStorageSlice::BF16(s) => enqueue(c, dev, s, start..end, op, rank, out_len),
@@ -315,8 +332,8 @@ impl Collective for NcclWorld {
     }
 }
 
-/// Enqueues `op` on `src[range]` into a new buffer of `out_len` elements on the
-/// communicator's stream (candle's stream of `device`).
+/// Enqueues `op` on `src[range]` (a tensor of `device`) on the communicator's stream, into
+/// a new buffer of `out_len` elements of `device`.
 fn enqueue<T>(
     comm: &Comm,
     device: &CudaDevice,
@@ -331,6 +348,13 @@ where
 {
     let src = src.slice(range);
     let mut dst = device.alloc_zeros::<T>(out_len).map_err(|e| format!("cannot allocate an NCCL output: {e}"))?;
+    let (data_stream, comm_stream) = (device.cuda_stream(), comm.stream());
+    if data_stream.cu_stream() != comm_stream.cu_stream() {
+        // A device handle with a stream of its own: NCCL must start after the kernels that
+        // wrote the input and zeroed the output there.
+        let ready = data_stream.record_event(None).map_err(|e| format!("cannot order NCCL after its input: {e:?}"))?;
+        comm_stream.wait(&ready).map_err(|e| format!("cannot order NCCL after its input: {e:?}"))?;
+    }
     let done = match op {
         Op::AllReduce => comm.all_reduce(&src, &mut dst, &ReduceOp::Sum),
         Op::ReduceScatter => comm.reduce_scatter(&src, &mut dst, &ReduceOp::Sum),

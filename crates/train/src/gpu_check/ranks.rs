@@ -14,17 +14,18 @@
 //! Nothing may hang the parent: the rendezvous, the control plane and NCCL have their own
 //! limits, and the parent kills workers that outlive the check's.
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use candle_core::{DType, Device};
+use candle_core::{DType, Device, Tensor};
 use serde::{Deserialize, Serialize};
 
 use super::{flat_adapters, lora_model, parity_adam, parity_config, parity_samples, parity_settings, rel_err};
 use super::{PARITY_SEED, TOLERANCE};
 use crate::dist::{rendezvous, Collective, Identity, SingleRank, TcpWorld, WorldEnv};
-use crate::error::TrainError;
+use crate::error::{TensorContext, TrainError};
 use crate::optim::AdamW;
 use crate::perf;
 use crate::update::{grpo_update, Reference};
@@ -103,6 +104,9 @@ pub struct RankParity {
     /// The step's GRPO loss with one rank, and as each rank saw it (summed over ranks).
     pub loss_single: f64,
     pub loss_ranks: Vec<f64>,
+    /// Per collective and dtype, the largest error of its result over the ranks, in the
+    /// workers' self-test of every tensor operation on exact small integers (must be 0).
+    pub collectives_max_err: BTreeMap<String, f64>,
     /// Wall time of the two workers, start-up and rendezvous included.
     pub worker_seconds: f64,
 }
@@ -114,6 +118,8 @@ impl RankParity {
             && self.adapter_rel_err.iter().all(|e| *e <= self.tolerance)
             && self.ranks_max_abs_diff <= self.tolerance
             && self.loss_ranks.iter().all(|l| (l - self.loss_single).abs() <= self.tolerance)
+            && self.collectives_max_err.len() == 8
+            && self.collectives_max_err.values().all(|e| *e == 0.0)
     }
 }
 
@@ -123,6 +129,8 @@ struct WorkerOutcome {
     rank: usize,
     loss: f64,
     adapters: Vec<f64>,
+    /// Per collective and dtype (`all_reduce_sum/bf16`, …): the largest error of its result.
+    collectives: BTreeMap<String, f64>,
 }
 
 /// The parity step's model, samples and settings, stepped once with `world`: the GRPO
@@ -180,6 +188,11 @@ pub fn rank_parity(device: &Device, backend: Backend, program: &Path) -> Result<
     let max_diff = |a: &[f64], b: &[f64]| a.iter().zip(b).map(|(x, y)| (x - y).abs()).fold(0.0, f64::max);
     let delta = |after: &[f64]| -> Vec<f64> { after.iter().zip(&before).map(|(a, b)| a - b).collect() };
     let single_delta = delta(&single);
+    let mut collectives_max_err = BTreeMap::new();
+    for (k, v) in outcomes.iter().flat_map(|o| &o.collectives) {
+        let worst = collectives_max_err.entry(k.clone()).or_insert(0.0f64);
+        *worst = worst.max(*v);
+    }
     Ok(RankParity {
         device: perf::device_name(device),
         backend,
@@ -192,6 +205,7 @@ pub fn rank_parity(device: &Device, backend: Backend, program: &Path) -> Result<
         update_rel_err: outcomes.iter().map(|o| rel_err(&delta(&o.adapters), &single_delta)).collect(),
         loss_single,
         loss_ranks: outcomes.iter().map(|o| o.loss).collect(),
+        collectives_max_err,
         worker_seconds,
     })
 }
@@ -207,38 +221,89 @@ pub fn rank_worker(device: &Device, backend: Backend, out: &Path) -> Result<(), 
         Identity { binary: "agent-gpu-check".into(), preset: "two-rank GRPO step".into(), seed: PARITY_SEED };
     let control = rendezvous(&env, &identity, RENDEZVOUS_LIMIT)?;
     let rank = control.rank();
-    let (loss, _, adapters) = match backend {
-        Backend::Tcp => step_and_finish(device, &control)?,
-        Backend::Nccl => nccl_step(device, control)?,
+    let outcome = match backend {
+        Backend::Tcp => work(device, &control)?,
+        Backend::Nccl => nccl_work(device, control)?,
     };
-    let text = serde_json::to_vec(&WorkerOutcome { rank, loss, adapters })
-        .map_err(|e| TrainError::Other(format!("cannot encode the outcome: {e}")))?;
+    if outcome.rank != rank {
+        return Err(TrainError::Distributed(format!("rank {rank} came back as rank {}", outcome.rank)));
+    }
+    let text =
+        serde_json::to_vec(&outcome).map_err(|e| TrainError::Other(format!("cannot encode the outcome: {e}")))?;
     // Written whole, then renamed: the parent never reads half a file.
     let partial = out.with_extension("partial");
     std::fs::write(&partial, text).map_err(|e| TrainError::io("write", &partial, e))?;
     std::fs::rename(&partial, out).map_err(|e| TrainError::io("rename", &partial, e))
 }
 
-/// The step with `world`, then the world's orderly end; a failure ends the world for the
-/// other rank at once (it would otherwise wait in a collective until a time limit).
-fn step_and_finish(device: &Device, world: &dyn Collective) -> Result<(f64, Vec<f64>, Vec<f64>), TrainError> {
-    let stepped =
-        step_with(device, world).inspect_err(|e| world.fail(&format!("rank {} failed: {e}", world.rank())))?;
+/// The step and the collectives' self-test with `world`, then the world's orderly end; a
+/// failure ends the world for the other rank at once (it would otherwise wait in a
+/// collective until a time limit).
+fn work(device: &Device, world: &dyn Collective) -> Result<WorkerOutcome, TrainError> {
+    let run = || -> Result<WorkerOutcome, TrainError> {
+        let (loss, _, adapters) = step_with(device, world)?;
+        let collectives = collectives_self_test(device, world)?;
+        Ok(WorkerOutcome { rank: world.rank(), loss, adapters, collectives })
+    };
+    let outcome = run().inspect_err(|e| world.fail(&format!("rank {} failed: {e}", world.rank())))?;
     world.finish()?;
-    Ok(stepped)
+    Ok(outcome)
 }
 
 #[cfg(feature = "nccl-collective")]
-fn nccl_step(device: &Device, control: TcpWorld) -> Result<(f64, Vec<f64>, Vec<f64>), TrainError> {
+fn nccl_work(device: &Device, control: TcpWorld) -> Result<WorkerOutcome, TrainError> {
     let world = crate::dist::NcclWorld::new(control, device)?;
-    step_and_finish(device, &world)
+    work(device, &world)
 }
 
 #[cfg(not(feature = "nccl-collective"))]
-fn nccl_step(_device: &Device, control: TcpWorld) -> Result<(f64, Vec<f64>, Vec<f64>), TrainError> {
+fn nccl_work(_device: &Device, control: TcpWorld) -> Result<WorkerOutcome, TrainError> {
     let why = "this program was built without NCCL (feature nccl-collective)";
     control.fail(why);
     Err(TrainError::Config(why.into()))
+}
+
+/// Every tensor operation of [`Collective`] in f32 and bf16 on `device` (the step uses only
+/// the all-reduce): rank r holds `(r+1)·(i+1)`, small integers every dtype holds exactly,
+/// so each result must be exact. The largest error per operation and dtype.
+fn collectives_self_test(device: &Device, world: &dyn Collective) -> Result<BTreeMap<String, f64>, TrainError> {
+    const N: usize = 16;
+    let (rank, size) = (world.rank(), world.world_size());
+    let of_rank = |r: usize| -> Vec<f32> { (0..N).map(|i| ((r + 1) * (i + 1)) as f32).collect() };
+    let sum: Vec<f32> = (0..N).map(|i| (0..size).map(|r| of_rank(r)[i]).sum()).collect();
+    let chunk = N / size;
+    let root = size - 1;
+    let expected = [
+        ("all_reduce_sum", sum.clone()),
+        ("reduce_scatter_sum", sum[rank * chunk..(rank + 1) * chunk].to_vec()),
+        ("all_gather", (0..size).flat_map(of_rank).collect()),
+        ("broadcast", of_rank(root)),
+    ];
+    let mut out = BTreeMap::new();
+    for dtype in [DType::F32, DType::BF16] {
+        let mine =
+            Tensor::from_vec(of_rank(rank), N, device).and_then(|t| t.to_dtype(dtype)).ctx("a self-test tensor")?;
+        for (op, want) in &expected {
+            let got = match *op {
+                "all_reduce_sum" => world.all_reduce_sum(&mine)?,
+                "reduce_scatter_sum" => world.reduce_scatter_sum(&mine)?,
+                "all_gather" => world.all_gather(&mine)?,
+                _ => world.broadcast(&mine, root)?,
+            };
+            let got = got
+                .to_dtype(DType::F32)
+                .and_then(|t| t.flatten_all())
+                .and_then(|t| t.to_vec1::<f32>())
+                .ctx("reading a self-test result")?;
+            let err = if got.len() == want.len() {
+                got.iter().zip(want).map(|(a, b)| f64::from((a - b).abs())).fold(0.0, f64::max)
+            } else {
+                f64::INFINITY
+            };
+            out.insert(format!("{op}/{}", format!("{dtype:?}").to_lowercase()), err);
+        }
+    }
+    Ok(out)
 }
 
 /// A started worker.
@@ -395,6 +460,36 @@ mod tests {
             assert!(rel_err(&adapters, &single) <= CPU_TOLERANCE, "{}", rel_err(&adapters, &single));
             assert!((l - loss).abs() <= CPU_TOLERANCE, "{l} vs {loss}");
         }
+    }
+
+    #[test]
+    fn the_collectives_self_test_is_exact_on_the_host_path() {
+        let handles: Vec<_> = LocalWorld::new(2)
+            .into_iter()
+            .map(|w| std::thread::spawn(move || collectives_self_test(&Device::Cpu, &w).unwrap()))
+            .collect();
+        for h in handles {
+            let errs = h.join().unwrap();
+            assert_eq!(errs.len(), 8, "{errs:?}");
+            assert!(errs.values().all(|e| *e == 0.0), "{errs:?}");
+        }
+    }
+
+    #[test]
+    fn failed_or_stuck_workers_end_the_check_with_their_reason() {
+        let err = rank_parity(&Device::Cpu, Backend::Tcp, Path::new("/bin/false")).unwrap_err().to_string();
+        assert!(err.contains("rank 0 exited") && err.contains("rank 1 exited"), "{err}");
+        let dir = tempfile::tempdir().unwrap();
+        let child = Command::new("sleep").arg("30").spawn().unwrap();
+        let log = dir.path().join("stuck.log");
+        std::fs::write(&log, "waiting for rank 0\n").unwrap();
+        let mut workers = [Worker { rank: 1, child: Some(child), out: dir.path().join("out"), log }];
+        let started = Instant::now();
+        let failures = wait_all(&mut workers, Duration::from_millis(300));
+        assert!(started.elapsed() < Duration::from_secs(5));
+        assert_eq!(failures.len(), 1);
+        assert!(failures[0].contains("killed") && failures[0].contains("waiting for rank 0"), "{failures:?}");
+        assert!(workers[0].child.is_none());
     }
 
     #[test]
