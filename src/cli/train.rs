@@ -278,10 +278,8 @@ impl Training {
 async fn join_world(env: &WorldEnv, preset: &Preset) -> anyhow::Result<Arc<dyn Collective>> {
     let text = serde_json::to_string(preset).context("encoding the preset for the rendezvous")?;
     let identity = agent_train::dist::Identity::of_this_process(&text, preset.seed)?;
-    let timeout = std::env::var("AGENT_RENDEZVOUS_TIMEOUT_SECS")
-        .ok()
-        .and_then(|s| s.parse::<u64>().ok())
-        .map_or(train_launch::RENDEZVOUS_TIMEOUT, std::time::Duration::from_secs);
+    let timeout =
+        agent_train::dist::seconds_from_env("AGENT_RENDEZVOUS_TIMEOUT_SECS", train_launch::RENDEZVOUS_TIMEOUT);
     let env2 = env.clone();
     let tcp = tokio::task::spawn_blocking(move || agent_train::dist::rendezvous(&env2, &identity, timeout))
         .await

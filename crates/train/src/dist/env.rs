@@ -6,6 +6,11 @@ use crate::error::TrainError;
 /// torchrun's default rendezvous port.
 pub const DEFAULT_MASTER_PORT: u16 = 29500;
 
+/// A duration in whole seconds from the environment variable `name`, else `default`.
+pub fn seconds_from_env(name: &str, default: std::time::Duration) -> std::time::Duration {
+    std::env::var(name).ok().and_then(|s| s.trim().parse::<u64>().ok()).map_or(default, std::time::Duration::from_secs)
+}
+
 /// A worker's place in a multi-process run.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct WorldEnv {

@@ -22,7 +22,7 @@ pub mod zero;
 
 use candle_core::{DType, Tensor};
 
-pub use env::{WorldEnv, DEFAULT_MASTER_PORT};
+pub use env::{seconds_from_env, WorldEnv, DEFAULT_MASTER_PORT};
 pub use local::LocalWorld;
 #[cfg(feature = "nccl-collective")]
 pub use nccl::NcclWorld;
@@ -76,10 +76,7 @@ pub trait Collective: Send + Sync {
     /// the world size (chunk r is elements `r·n/w .. (r+1)·n/w`).
     fn reduce_scatter_sum(&self, t: &Tensor) -> Result<Tensor, TrainError> {
         let (n, w) = (t.elem_count(), self.world_size());
-        if !n.is_multiple_of(w) {
-            return Err(TrainError::Other(format!("reduce-scatter of {n} elements over {w} ranks: not a multiple")));
-        }
-        if w == 1 {
+        if scatter_is_identity(t, w)? {
             return Ok(t.clone());
         }
         let parts = self.all_gather_bytes(&tensor_bytes(t)?)?;
@@ -120,6 +117,15 @@ pub trait Collective: Send + Sync {
         }
         from_host(v, t)
     }
+}
+
+/// Checks a reduce-scatter's input; true when there is nothing to exchange (one rank).
+fn scatter_is_identity(t: &Tensor, world: usize) -> Result<bool, TrainError> {
+    let n = t.elem_count();
+    if !n.is_multiple_of(world) {
+        return Err(TrainError::Other(format!("reduce-scatter of {n} elements over {world} ranks: not a multiple")));
+    }
+    Ok(world == 1)
 }
 
 /// The world of one process.

@@ -295,11 +295,7 @@ impl Collective for NcclWorld {
     }
 
     fn reduce_scatter_sum(&self, t: &Tensor) -> Result<Tensor, TrainError> {
-        let (n, w) = (t.elem_count(), self.world_size());
-        if !n.is_multiple_of(w) {
-            return Err(TrainError::Other(format!("reduce-scatter of {n} elements over {w} ranks: not a multiple")));
-        }
-        if w == 1 {
+        if super::scatter_is_identity(t, self.world_size())? {
             return Ok(t.clone());
         }
         match self.run(t, Op::ReduceScatter)? {
@@ -432,9 +428,5 @@ fn abort_comm(guard: &mut MutexGuard<'_, Option<SendComm>>) {
 }
 
 fn timeout() -> Duration {
-    std::env::var("AGENT_NCCL_TIMEOUT_SECS")
-        .ok()
-        .and_then(|s| s.parse::<u64>().ok())
-        .map(Duration::from_secs)
-        .unwrap_or(DEFAULT_TIMEOUT)
+    super::env::seconds_from_env("AGENT_NCCL_TIMEOUT_SECS", DEFAULT_TIMEOUT)
 }

@@ -268,11 +268,7 @@ impl Drop for TcpWorld {
 }
 
 fn silence() -> Duration {
-    std::env::var("AGENT_DIST_TIMEOUT_SECS")
-        .ok()
-        .and_then(|s| s.parse::<u64>().ok())
-        .map(Duration::from_secs)
-        .unwrap_or(DEFAULT_SILENCE)
+    super::env::seconds_from_env("AGENT_DIST_TIMEOUT_SECS", DEFAULT_SILENCE)
 }
 
 fn read_loop(inner: &Inner, index: usize, mut stream: TcpStream, tx: Sender<Vec<u8>>) {
