@@ -203,7 +203,7 @@ pub async fn run(args: TrainArgs, config: Config) -> anyhow::Result<u8> {
             return Err(e.into());
         }
     };
-    tokio::task::block_in_place(|| world.finish())?;
+    agent_train::dist::blocking(|| world.finish())?;
     if rank == 0 {
         println!(
             "success rate {:.1}% → {:.1}% over {} evaluation rollouts ({}/eval.json, {}/reward.svg)",

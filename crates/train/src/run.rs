@@ -12,7 +12,7 @@ use rand::SeedableRng;
 use serde::Serialize;
 
 use super::checkpoint::{write_atomic, CheckpointState, Checkpoints};
-use super::dist::{barrier, Collective, SingleRank};
+use super::dist::{barrier, blocking, share_of, Collective, SingleRank};
 use super::error::{TensorContext, TrainError};
 use super::grpo::{group_advantages, is_degenerate};
 use super::metrics::{MetricsLog, StepMetrics};
@@ -381,7 +381,8 @@ async fn evaluate(
             seed: mix_seed(&[preset.seed, 0xE7A1, i as u64]),
         })
         .collect();
-    let bar = progress_bar(progress, n as u64, name);
+    let share = share_of(&plans, world.rank(), world.world_size()).len();
+    let bar = progress_bar(progress, share as u64, name);
     let rollouts = run_spread(runner, &plans, &out.join(name), world, &|_| bar.inc(1)).await?;
     bar.finish_and_clear();
     let counted: Vec<&Rollout> = rollouts.iter().filter(|r| r.status != RolloutStatus::Crashed).collect();
@@ -417,7 +418,8 @@ pub(crate) fn save_checkpoint(
 ) -> Result<(), TrainError> {
     let staging = checkpoints.staging_dir(state.step);
     let file = opt.state_file_name();
-    let sharded = is_sharded(opt, world);
+    // With ZeRO each rank holds its own part of the optimiser state.
+    let sharded = opt.zero_stage() > 0;
     if sharded || world.rank() == 0 {
         std::fs::create_dir_all(&staging).map_err(|e| TrainError::io("create", &staging, e))?;
         candle_core::safetensors::save(&opt.state_tensors(), staging.join(&file)).ctx("writing the optimiser state")?;
@@ -439,11 +441,6 @@ pub(crate) fn save_checkpoint(
     }
     // Nobody goes on (and may be killed) before the checkpoint is in place.
     blocking(|| barrier(world))
-}
-
-/// Whether each rank holds its own part of the optimiser state.
-fn is_sharded(opt: &AdamW, world: &dyn Collective) -> bool {
-    world.world_size() > 1 && opt.state_file_name() != "optimizer.safetensors"
 }
 
 fn load_checkpoint(
@@ -486,14 +483,6 @@ fn export_final(policy: &Qwen3, mode: &TrainMode, base: &Path, out: &Path) -> Re
     let dest = out.join(name);
     let _ = std::fs::remove_dir_all(&dest);
     std::fs::rename(&tmp, &dest).map_err(|e| TrainError::io("rename", &tmp, e))
-}
-
-/// Runs a blocking collective from async code without stalling the runtime's other tasks.
-pub(crate) fn blocking<T>(f: impl FnOnce() -> T) -> T {
-    match tokio::runtime::Handle::try_current() {
-        Ok(h) if h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread => tokio::task::block_in_place(f),
-        _ => f(),
-    }
 }
 
 pub(crate) fn progress_bar(show: bool, len: u64, what: &str) -> ProgressBar {

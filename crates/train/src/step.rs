@@ -7,7 +7,7 @@ use std::time::Instant;
 use indicatif::ProgressBar;
 
 use super::checkpoint::{CheckpointState, Checkpoints};
-use super::dist::Collective;
+use super::dist::{blocking, share_of, Collective};
 use super::error::TrainError;
 use super::metrics::{MetricsLog, StepMetrics};
 use super::model::{Qwen3, TrainMode};
@@ -15,7 +15,7 @@ use super::optim::AdamW;
 use super::plot::write_reward_svg;
 use super::preset::Preset;
 use super::rollout::{run_spread, Rollout, RolloutRunner, RolloutSampler};
-use super::run::{blocking, build_samples, mix_seed, progress_bar, save_checkpoint, step_plans};
+use super::run::{build_samples, mix_seed, progress_bar, save_checkpoint, step_plans};
 use super::update::{grpo_update, Reference, Sample, UpdateSettings, UpdateStats};
 
 /// What one training step needs, borrowed from the run.
@@ -76,7 +76,7 @@ impl StepLoop<'_> {
     async fn collect(&self, step: u64) -> Result<Vec<Rollout>, TrainError> {
         let plans = step_plans(self.preset, self.runner.tasks.len(), step);
         let dir = self.out.join("rollouts").join(format!("step-{step:06}"));
-        let share = plans.len() / self.world.world_size().max(1);
+        let share = share_of(&plans, self.world.rank(), self.world.world_size()).len();
         let rbar = progress_bar(self.progress, share as u64, &format!("step {step} rollouts"));
         let rollouts = run_spread(self.runner, &plans, &dir, self.world, &|_| rbar.inc(1)).await;
         rbar.finish_and_clear();

@@ -143,7 +143,7 @@ fn copy_hashing(reader: &mut dyn Read, writer: &mut dyn Write, bar: &ProgressBar
 }
 
 /// Size and SHA-256 (hex) of a file on disk.
-pub(crate) fn hash_file(path: &Path) -> Result<(u64, String), ModelError> {
+pub fn hash_file(path: &Path) -> Result<(u64, String), ModelError> {
     let mut file = std::fs::File::open(path).map_err(|e| ModelError::io("open", path, e))?;
     copy_hashing(&mut file, &mut std::io::sink(), &ProgressBar::hidden()).map_err(|e| ModelError::io("read", path, e))
 }

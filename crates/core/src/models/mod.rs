@@ -11,6 +11,8 @@ pub mod pull;
 
 use std::path::{Path, PathBuf};
 
+pub use fetch::hash_file;
+
 /// Environment variable that replaces the cache root (`dirs::cache_dir()/agent`).
 pub const CACHE_DIR_ENV: &str = "AGENT_CACHE_DIR";
 

@@ -166,6 +166,21 @@ pub fn all_reduce_host_f64(world: &dyn Collective, data: &mut [f64]) -> Result<(
     Ok(())
 }
 
+/// Runs a blocking collective from async code without stalling the runtime's other tasks.
+pub fn blocking<T>(f: impl FnOnce() -> T) -> T {
+    match tokio::runtime::Handle::try_current() {
+        Ok(h) if h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread => tokio::task::block_in_place(f),
+        _ => f(),
+    }
+}
+
+/// The plans rank `rank` of `world` runs, with their indices: every `world`-th, starting
+/// at its rank (so each group's members spread over the ranks, and each rank gets the
+/// same number).
+pub fn share_of<T: Copy>(plans: &[T], rank: usize, world: usize) -> Vec<(usize, T)> {
+    plans.iter().copied().enumerate().filter(|(i, _)| i % world.max(1) == rank).collect()
+}
+
 /// Waits until every rank has reached this point.
 pub fn barrier<W: Collective + ?Sized>(world: &W) -> Result<(), TrainError> {
     world.all_gather_bytes(&[]).map(|_| ())

@@ -2,11 +2,10 @@
 //! introduces itself; rank 0 checks that all run the same binary, preset and seed, and
 //! admits them all or refuses them all with one message.
 
-use std::io::Read;
 use std::net::{SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
-use std::path::Path;
 use std::time::{Duration, Instant};
 
+use agent_core::models::{hash_file, hex};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
@@ -30,7 +29,9 @@ impl Identity {
     /// The identity of this process running `preset_text` with `seed`.
     pub fn of_this_process(preset_text: &str, seed: u64) -> Result<Identity, TrainError> {
         let exe = std::env::current_exe().map_err(|e| TrainError::Other(format!("cannot find this program: {e}")))?;
-        Ok(Identity { binary: file_sha256(&exe)?, preset: hex(&Sha256::digest(preset_text.as_bytes())), seed })
+        let (_, binary) =
+            hash_file(&exe).map_err(|e| TrainError::Other(format!("cannot fingerprint this program: {e}")))?;
+        Ok(Identity { binary, preset: hex(&Sha256::digest(preset_text.as_bytes())), seed })
     }
 
     /// What differs between `self` (rank `r`) and rank 0's `base`, in words.
@@ -236,24 +237,6 @@ fn bind_address(env: &WorldEnv) -> Result<SocketAddr, TrainError> {
 
 fn hostname() -> String {
     std::fs::read_to_string("/proc/sys/kernel/hostname").map(|s| s.trim().to_string()).unwrap_or_else(|_| "?".into())
-}
-
-fn file_sha256(path: &Path) -> Result<String, TrainError> {
-    let mut f = std::fs::File::open(path).map_err(|e| TrainError::io("open", path, e))?;
-    let mut h = Sha256::new();
-    let mut buf = vec![0u8; 1 << 20];
-    loop {
-        let n = f.read(&mut buf).map_err(|e| TrainError::io("read", path, e))?;
-        if n == 0 {
-            break;
-        }
-        h.update(&buf[..n]);
-    }
-    Ok(hex(&h.finalize()))
-}
-
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 #[cfg(test)]

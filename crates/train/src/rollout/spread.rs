@@ -5,14 +5,8 @@
 use std::path::Path;
 
 use super::collect::{Rollout, RolloutPlan, RolloutRunner};
-use crate::dist::{all_gather_json, Collective};
+use crate::dist::{all_gather_json, blocking, share_of, Collective};
 use crate::error::TrainError;
-
-/// The plans rank `rank` of `world` runs: every `world`-th, starting at its rank (so each
-/// group's members spread over the ranks, and each rank gets the same number).
-pub fn share_of(plans: &[RolloutPlan], rank: usize, world: usize) -> Vec<(usize, RolloutPlan)> {
-    plans.iter().copied().enumerate().filter(|(i, _)| i % world.max(1) == rank).collect()
-}
 
 /// Runs this rank's share of `plans` and returns every rank's rollouts in plan order.
 pub async fn run_spread(
@@ -30,7 +24,7 @@ pub async fn run_spread(
     let done = runner.run(&my_plans, dir, on_done).await;
     let indexed: Vec<(usize, Rollout)> = mine.iter().map(|(i, _)| *i).zip(done).collect();
     // The exchange blocks its thread until every rank arrives: keep it off the runtime's.
-    let all = tokio::task::block_in_place(|| all_gather_json(world, &indexed))?;
+    let all = blocking(|| all_gather_json(world, &indexed))?;
     let mut slots: Vec<Option<Rollout>> = vec![None; plans.len()];
     for (i, r) in all.into_iter().flatten() {
         if let Some(slot) = slots.get_mut(i) {
