@@ -21,11 +21,20 @@ pub const LABEL_EPISODE: &str = "agent.episode";
 /// Label naming the process that owns the container (`host:pid:start-ticks`).
 pub const LABEL_OWNER: &str = "agent.owner";
 
-/// PID 1 of every sandbox: it reaps orphans and, on SIGUSR1, kills every other process
-/// in the container (the last resort against fork bombs and stuck shells; `kill -1`
-/// from PID 1 spares only PID 1 itself and is a single, race-free system call).
-const INIT_SCRIPT: &str =
-    "trap 'kill -KILL -1 2>/dev/null' USR1; trap 'exit 0' TERM INT; while :; do sleep 2147483 & wait $!; done";
+/// The first process of every sandbox: on SIGUSR1 it kills every other process in the
+/// container (the last resort against fork bombs and stuck shells; `kill -1` spares only
+/// the caller and PID 1, and is a single, race-free system call).
+///
+/// It runs under the engine's init (tini, `HostConfig.init`), which forwards the signals
+/// to it and reaps every orphan, so the killed processes free the process limit at once.
+/// Where the image has bash, the script never forks after it starts: it waits in `read`
+/// on a pipe it holds both ends of. A forking script dies the first time a fork fails,
+/// and right after a fork bomb is killed the limit may still be full, so the container
+/// would stop exactly when it is being rescued. Images without bash keep a plain loop.
+const INIT_SCRIPT: &str = "command -v bash >/dev/null 2>&1 && exec bash -c 'exec 3<> <(:); \
+     trap \"kill -KILL -1 2>/dev/null\" USR1; trap \"exit 0\" TERM INT; \
+     while :; do read -r -t 86400 -u 3 _; done'; \
+     trap 'kill -KILL -1 2>/dev/null' USR1; trap 'exit 0' TERM INT; while :; do sleep 2147483 & wait $!; done";
 
 /// Docker's default capabilities that no sandbox gets: an agent never needs them.
 const DROPPED_CAPS: [&str; 6] = ["NET_RAW", "MKNOD", "SETFCAP", "AUDIT_WRITE", "SYS_CHROOT", "SETPCAP"];
@@ -80,8 +89,8 @@ pub struct ContainerConfig {
     pub cap_drop: Vec<String>,
     /// Size of `/dev/shm` in bytes; the engine's default when `None`.
     pub shm_size: Option<i64>,
-    /// The engine's init as PID 1 (with [`ContainerProcess::Image`] only: the sandbox's
-    /// own init must be PID 1 to kill every other process).
+    /// The engine's init as PID 1, for [`ContainerProcess::Image`] (a sandbox started
+    /// with [`ContainerProcess::Init`] always runs under it).
     pub init: bool,
     /// The host name; the engine's (the container id) when `None`.
     pub hostname: Option<String>,
@@ -216,7 +225,12 @@ impl Sandbox {
             // Without a network there is nothing to publish on (the engine refuses it).
             port_bindings: (cfg.network && !port_bindings.is_empty()).then_some(port_bindings),
             shm_size: cfg.shm_size,
-            init: matches!(cfg.process, ContainerProcess::Image(_)).then_some(cfg.init),
+            // Our init script runs under the engine's init (tini), which reaps what the
+            // script kills; see `INIT_SCRIPT`.
+            init: Some(match cfg.process {
+                ContainerProcess::Image(_) => cfg.init,
+                ContainerProcess::Init => true,
+            }),
             ..Default::default()
         };
         let (entrypoint, cmd) = match &cfg.process {
@@ -365,6 +379,25 @@ impl Sandbox {
             .kill_container(&self.id, Some(KillContainerOptions { signal: "USR1" }))
             .await
             .map_err(|e| SandboxError::docker("signal the sandbox's init process", e))
+    }
+
+    /// Starts the container again if it stopped (its init died); true when it had to.
+    /// The file system survives a stop, so the episode can go on.
+    pub async fn revive(&self) -> Result<bool, SandboxError> {
+        let info = self
+            .docker()
+            .inspect_container(&self.id, None)
+            .await
+            .map_err(|e| SandboxError::docker("inspect the sandbox container", e))?;
+        if info.state.and_then(|s| s.running).unwrap_or(false) {
+            return Ok(false);
+        }
+        tracing::warn!("the sandbox container {} had stopped; starting it again", self.name);
+        self.docker()
+            .start_container::<String>(&self.id, None)
+            .await
+            .map_err(|e| SandboxError::docker("start the stopped sandbox container again", e))?;
+        Ok(true)
     }
 
     /// How many processes run in the container now (from the engine's statistics).

@@ -425,7 +425,12 @@ impl Shell {
 
     /// Kills every process in the container and starts a new shell where the old one was.
     async fn hard_reset(&mut self) -> Result<(), SandboxError> {
-        self.sandbox.kill_all_processes().await?;
+        if let Err(e) = self.sandbox.kill_all_processes().await {
+            // A stopped container has no process left to kill; `restart` starts it again.
+            if !matches!(self.sandbox.revive().await, Ok(true)) {
+                return Err(e);
+            }
+        }
         self.restart("").await
     }
 
@@ -440,7 +445,12 @@ impl Shell {
                     *self = new;
                     return Ok(());
                 }
-                Err(e) => last = Some(e),
+                Err(e) => {
+                    last = Some(e);
+                    if let Err(e) = self.sandbox.revive().await {
+                        tracing::debug!("cannot check the sandbox container: {e}");
+                    }
+                }
             }
         }
         Err(last.unwrap_or_else(|| SandboxError::Shell("cannot restart the shell".into())))
