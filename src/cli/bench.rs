@@ -66,6 +66,10 @@ pub struct BenchArgs {
     /// them), `native` or `text`. Default: the config's, else auto.
     #[arg(long, value_name = "FORMAT", value_parser = clap::value_parser!(agent_core::tools::ToolFormat))]
     pub tool_format: Option<agent_core::tools::ToolFormat>,
+    /// Run the hooks of this settings file (Claude Code's format) in our agent's
+    /// episodes; a bench run has none otherwise.
+    #[arg(long, value_name = "FILE")]
+    pub hooks: Option<PathBuf>,
     /// Local model settings.
     #[command(flatten)]
     pub local: super::LocalArgs,
@@ -83,6 +87,10 @@ pub async fn run(args: BenchArgs, mut config: Config) -> anyhow::Result<u8> {
         HostEnv::from_host(std::path::Path::new("/etc/hosts"), args.ca_bundle.as_deref())?
     };
     host.add_hosts(&args.add_host)?;
+    let (hooks, hooks_note) = super::hooks::bench_hooks(args.hooks.as_deref())?;
+    if let Some(note) = hooks_note {
+        eprintln!("● {note}");
+    }
     let opts = BenchOptions {
         tasks: args.tasks,
         concurrency: args.concurrency,
@@ -103,6 +111,7 @@ pub async fn run(args: BenchArgs, mut config: Config) -> anyhow::Result<u8> {
         progress: !args.quiet,
         timeout_multiplier: args.timeout_multiplier,
         allow_cap_add: args.allow_cap_add,
+        hooks,
     };
     let plan = agent_bench::plan(&opts)?;
     let docker = agent_sandbox::connect().await?;

@@ -1,6 +1,7 @@
 //! Subcommands. Each is a client of the library; none reaches into the loop.
 
 mod bench;
+mod hooks;
 mod judge_eval;
 mod model;
 mod perf;

@@ -78,7 +78,8 @@ impl Printer {
                 )
             }
             Event::Interrupted => "  ■ interrupted".into(),
-            Event::TaskComplete => return,
+            // The plan is the assistant message just printed.
+            Event::TaskComplete | Event::PlanProposed { .. } => return,
             Event::Notice { message } => format!("● {message}"),
             Event::Error { message, fatal } => format!("{} {message}", if *fatal { "✗ error:" } else { "! warning:" }),
             Event::EpisodeEnd { reason, turns, usage, finish_message } => {

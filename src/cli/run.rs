@@ -50,6 +50,13 @@ pub struct RunArgs {
     /// or `text` (XML tags with YAML bodies). Default: the config's, else auto.
     #[arg(long, value_name = "FORMAT", value_parser = clap::value_parser!(ToolFormat))]
     pub tool_format: Option<ToolFormat>,
+    /// Also run the hooks of this settings file (Claude Code's format), besides those
+    /// of ~/.config/agent/settings.json and .agent/settings.json.
+    #[arg(long, value_name = "FILE")]
+    pub hooks: Option<PathBuf>,
+    /// Run no hooks at all.
+    #[arg(long, conflicts_with = "hooks")]
+    pub no_hooks: bool,
     /// Local model settings.
     #[command(flatten)]
     pub local: super::LocalArgs,
@@ -84,6 +91,11 @@ pub async fn run(args: RunArgs, mut config: Config) -> anyhow::Result<u8> {
         args.instruction.join(" ")
     };
     let mut printer = Printer::new(args.json);
+    let project = std::env::current_dir().context("cannot read the current directory")?;
+    let (hooks, hooks_note) = super::hooks::session_hooks(&project, args.hooks.as_deref(), args.no_hooks)?;
+    if let Some(note) = hooks_note {
+        printer.notice(&note);
+    }
     let engine = agent_sandbox::connect().await?;
     // The engine is checked first: loading a local model takes a while.
     let resolve = ResolveOptions {
@@ -136,6 +148,7 @@ pub async fn run(args: RunArgs, mut config: Config) -> anyhow::Result<u8> {
         let mut request = EpisodeRequest::headless(&config, source, &run_id, &episode_id);
         request.limits = limits;
         request.trajectory = trajectory.clone();
+        request.hooks = hooks.clone();
         let mut on_notice = |n: String| notices.push(n);
         match build_episode(&engine, &config, model.as_ref(), request, &mut on_notice).await {
             Ok(episode) => Ok((episode, task_run, notices)),

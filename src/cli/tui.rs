@@ -23,7 +23,8 @@ pub struct TuiArgs {
     /// Model: `default`, `scripted:FILE`, `openai:URL#MODEL`, a local path or `hf:ORG/NAME`.
     #[arg(long)]
     pub model: Option<String>,
-    /// Which actions ask first: ask (bash and file writes), auto-edit (bash), auto (none).
+    /// Which actions ask first: ask (bash and file writes), auto-edit (bash), auto
+    /// (none), plan (no file changes; the agent answers with a plan to accept).
     #[arg(long, value_enum, default_value = "ask")]
     pub approval: ApprovalArg,
     /// Resume a saved session by id (without an id: list the saved sessions).
@@ -39,6 +40,9 @@ pub struct TuiArgs {
     /// or `text`. Default: the config's, else auto.
     #[arg(long, value_name = "FORMAT", value_parser = clap::value_parser!(ToolFormat))]
     pub tool_format: Option<ToolFormat>,
+    /// Run no hooks (the user's and the project's settings files are ignored).
+    #[arg(long)]
+    pub no_hooks: bool,
 }
 
 /// `--approval` values.
@@ -47,6 +51,7 @@ pub enum ApprovalArg {
     Ask,
     AutoEdit,
     Auto,
+    Plan,
 }
 
 impl From<ApprovalArg> for ApprovalMode {
@@ -55,6 +60,7 @@ impl From<ApprovalArg> for ApprovalMode {
             ApprovalArg::Ask => ApprovalMode::Ask,
             ApprovalArg::AutoEdit => ApprovalMode::AutoEdit,
             ApprovalArg::Auto => ApprovalMode::Auto,
+            ApprovalArg::Plan => ApprovalMode::Plan,
         }
     }
 }
@@ -98,6 +104,10 @@ pub async fn run(args: TuiArgs, config: Config, local: agent_core::llm::LocalMod
     say(&format!("● loading the model {spec_text}"));
     let model = resolve_model(&spec, &resolve).await?;
     let tool_format = args.tool_format.unwrap_or(config.tool_format);
+    let (hooks, hooks_note) = super::hooks::session_hooks(&cwd, None, args.no_hooks)?;
+    if let Some(note) = &hooks_note {
+        say(&format!("● {note}"));
+    }
     // Refused here, before the UI opens; a later `/model` switch falls back to text.
     tool_format.resolve(&model.name(), model.native_tools()).map_err(|e| anyhow::anyhow!(e))?;
     let _ = agent_sandbox::prune(&engine, agent_sandbox::PruneScope::Orphaned).await;
@@ -122,6 +132,7 @@ pub async fn run(args: TuiArgs, config: Config, local: agent_core::llm::LocalMod
         end_after_first_task: false,
         limits: limits.clone(),
         trajectory: None,
+        hooks: hooks.clone(),
     };
     // The UI resolves the format for each session (a `/model` switch can change it).
     let mut ui_config = config.clone();

@@ -278,3 +278,55 @@ fn a_tb2_task_runs_with_the_configured_prompt_and_the_projects_agents_md() {
     assert!(support::containers_of_run(&run_id).is_empty(), "{:?}", support::containers_of_run(&run_id));
     assert_eq!(support::networks_of_run(&run_id), Vec::<String>::new());
 }
+
+/// The project's `.agent/settings.json` hooks reach `agent run`'s episode: a
+/// `PreToolUse` hook that exits 2 keeps a command from running, and `--no-hooks` does not.
+#[test]
+fn agent_run_runs_the_projects_hooks_unless_told_not_to() {
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(support::docker());
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(dir.path().join(".agent")).unwrap();
+    std::fs::write(
+        dir.path().join(".agent/settings.json"),
+        r#"{"hooks": {"PreToolUse": [{"matcher": "Bash", "hooks": [{"type": "command", "command": "echo 'use the file tool' >&2; exit 2"}]}]}}"#,
+    )
+    .unwrap();
+    let script = support::script(
+        &dir,
+        "s.yaml",
+        "- \"<bash>\\ncmd: echo ran-it\\n</bash>\"\n- \"<finish>\\nmessage: ok\\n</finish>\"\n",
+    );
+    let run = |extra: &[&str]| {
+        let out = Command::new(support::agent_bin())
+            .current_dir(dir.path())
+            // Only the project's settings: not the settings of whoever runs the tests.
+            .env("XDG_CONFIG_HOME", dir.path().join("config"))
+            .args(["run", "--json", "--model"])
+            .arg(format!("scripted:{}", script.display()))
+            .args(extra)
+            .arg("say hi")
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+        let events: Vec<serde_json::Value> =
+            out.stdout.split(|b| *b == b'\n').filter_map(|l| serde_json::from_slice(l).ok()).collect();
+        let obs = events
+            .iter()
+            .find(|e| e["event"] == "tool_call_end")
+            .map(|e| e["observation"].as_str().unwrap_or_default().to_string())
+            .unwrap_or_default();
+        let notices: Vec<String> = events
+            .iter()
+            .filter(|e| e["event"] == "notice")
+            .map(|e| e["message"].as_str().unwrap_or_default().to_string())
+            .collect();
+        (obs, notices)
+    };
+    let (obs, notices) = run(&[]);
+    assert!(obs.contains("blocked by a PreToolUse hook") && obs.contains("use the file tool"), "{obs}");
+    assert!(!obs.contains("ran-it"), "{obs}");
+    assert!(notices.iter().any(|n| n == "hooks: 1 PreToolUse"), "{notices:?}");
+    let (obs, _) = run(&["--no-hooks"]);
+    assert!(obs.contains("ran-it"), "{obs}");
+}

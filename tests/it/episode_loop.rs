@@ -13,8 +13,9 @@ use agent_protocol::{ApprovalDecision, ApprovalMode, EndReason, Event, Op};
 
 use crate::support::{self, TestSandbox};
 
-struct Harness {
-    handle: SessionHandle,
+/// A session on a real sandbox, driven by ops and read through its events.
+pub(crate) struct Harness {
+    pub(crate) handle: SessionHandle,
     _sandbox: TestSandbox,
     _dir: tempfile::TempDir,
 }
@@ -34,33 +35,50 @@ async fn start_with(
     headless: bool,
     tool_format: ToolFormat,
 ) -> Harness {
+    start_custom(dir, model, |cfg| {
+        cfg.limits = limits;
+        cfg.approval = approval;
+        cfg.end_after_first_task = headless;
+        cfg.tool_format = tool_format;
+    })
+    .await
+}
+
+/// A session of `model` in a fresh sandbox, its settings changed by `edit`.
+pub(crate) async fn start_custom(
+    dir: tempfile::TempDir,
+    model: Arc<ScriptedBackend>,
+    edit: impl FnOnce(&mut SessionConfig),
+) -> Harness {
     let sandbox = support::sandbox_with(256, false).await;
     let shell = agent_sandbox::Shell::start(&sandbox, 16 * 1024).await.unwrap();
     let executor = ToolExecutor::new(shell, Duration::from_secs(60), 16 * 1024);
-    let cfg = SessionConfig {
-        limits,
-        approval,
+    let mut cfg = SessionConfig {
+        limits: EpisodeLimits::default(),
+        approval: ApprovalMode::Auto,
         system_prompt: "test".into(),
-        end_after_first_task: headless,
+        end_after_first_task: true,
         run_id: "it".into(),
         episode_id: "it".into(),
         model_name: "scripted".into(),
         image: "agent-base:bookworm".into(),
         container: sandbox.name().into(),
         trajectory: Some(dir.path().join("t.jsonl")),
-        tool_format,
+        tool_format: ToolFormat::Text,
         history: Vec::new(),
+        hooks: Default::default(),
     };
+    edit(&mut cfg);
     let handle = spawn_session(cfg, model, ToolSpecs::builtin().unwrap(), executor);
     Harness { handle, _sandbox: sandbox, _dir: dir }
 }
 
 impl Harness {
-    fn send(&self, op: Op) {
+    pub(crate) fn send(&self, op: Op) {
         self.handle.ops.send(op).unwrap();
     }
 
-    async fn next_matching(&mut self, pred: impl Fn(&Event) -> bool) -> Event {
+    pub(crate) async fn next_matching(&mut self, mut pred: impl FnMut(&Event) -> bool) -> Event {
         let deadline = Instant::now() + Duration::from_secs(60);
         loop {
             let ev = tokio::time::timeout_at(deadline.into(), self.handle.events.recv())
@@ -73,7 +91,7 @@ impl Harness {
         }
     }
 
-    async fn finish(self) -> (EpisodeSummary, Vec<Event>) {
+    pub(crate) async fn finish(self) -> (EpisodeSummary, Vec<Event>) {
         let (summary, rest, _dir) = self.finish_keeping_dir().await;
         (summary, rest)
     }

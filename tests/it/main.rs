@@ -11,6 +11,7 @@ mod bench_compose;
 mod cli_errors;
 mod cli_run;
 mod episode_loop;
+mod hooks_plan;
 mod installed;
 mod judge;
 mod llamacpp;

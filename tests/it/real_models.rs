@@ -78,6 +78,7 @@ async fn qwen_coder_writes_a_file_with_native_calls_and_its_tokens_round_trip() 
         trajectory: Some(trajectory.clone()),
         tool_format: ToolFormat::Native,
         history: Vec::new(),
+        hooks: Default::default(),
     };
     let executor = ToolExecutor::new(shell, Duration::from_secs(60), 16 * 1024);
     let mut handle = spawn_session(cfg, model.clone(), specs, executor);

@@ -15,6 +15,7 @@ use super::solution::Solution;
 use super::task::BenchTask;
 use agent_core::config::Config;
 use agent_core::episode::{build_episode, ContainerSource, EpisodeRequest};
+use agent_core::hooks::Hooks;
 use agent_core::llm::{resolve_model, ModelBackend, ModelSpec, ResolveOptions};
 use agent_protocol::{EndReason, Event, Op, TokenUsage};
 use agent_sandbox::{shell_quote, Sandbox, Shell};
@@ -58,11 +59,12 @@ pub struct AgentOutcome {
 
 /// Runs the agent on a started environment; logs go into `trial_dir`. When the task's
 /// tests run in the agent's shell session (`run_tests_in_same_shell`), that session is
-/// handed back as the agent left it.
+/// handed back as the agent left it. `settings` are the config and the hooks of our
+/// agent's episode.
 pub async fn run_agent(
     kind: AgentKind,
     model: Option<&ModelSource>,
-    config: &Config,
+    (config, hooks): (&Config, &Hooks),
     task: &BenchTask,
     sandbox: &Sandbox,
     trial_dir: &Path,
@@ -73,7 +75,7 @@ pub async fn run_agent(
         AgentKind::Nop => (AgentOutcome { ended: "nop: did nothing".into(), ..Default::default() }, None),
         AgentKind::Oracle => oracle(task, sandbox, trial_dir).await,
         AgentKind::Agent => match model {
-            Some(m) => ours(m, config, task, sandbox, trial_dir, ids).await,
+            Some(m) => ours(m, config, hooks, task, sandbox, trial_dir, ids).await,
             None => (failed(FailureMode::AgentError, "no model given for --agent agent".into()), None),
         },
     };
@@ -182,6 +184,7 @@ async fn oracle(task: &BenchTask, sandbox: &Sandbox, trial_dir: &Path) -> (Agent
 async fn ours(
     model: &ModelSource,
     config: &Config,
+    hooks: &Hooks,
     task: &BenchTask,
     sandbox: &Sandbox,
     trial_dir: &Path,
@@ -197,6 +200,7 @@ async fn ours(
     let mut request = EpisodeRequest::headless(config, ContainerSource::Started(sandbox.clone()), run_id, episode_id);
     request.limits.wall_clock_secs = task.agent_timeout.as_secs_f64().ceil() as u64;
     request.trajectory = Some(trial_dir.join("trajectory.jsonl"));
+    request.hooks = hooks.clone();
     let episode = match build_episode(sandbox.engine(), config, model.as_ref(), request, &mut |_| {}).await {
         Ok(e) => e,
         Err(e) => return (failed(FailureMode::AgentError, e.to_string()), None),

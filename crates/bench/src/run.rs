@@ -41,6 +41,8 @@ pub struct BenchOptions {
     pub timeout_multiplier: f64,
     /// Grant the capabilities tasks' services ask for (`cap_add`); refused otherwise.
     pub allow_cap_add: bool,
+    /// Hooks for our agent's episodes (none unless `--hooks` names a settings file).
+    pub hooks: agent_core::hooks::Hooks,
 }
 
 /// The run's directory and id, decided before anything starts (the CLI needs them
@@ -156,6 +158,7 @@ pub async fn run_bench(
             ..EnvSettings::from_config(config, &plan.run_id, opts.host.extra_hosts.clone())
         },
         verifier,
+        hooks: opts.hooks.clone(),
     });
 
     let mut done: Vec<TrialRecord> = Vec::new();

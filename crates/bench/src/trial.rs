@@ -26,6 +26,9 @@ pub struct TrialContext {
     pub images: Arc<ImageCache>,
     pub env: EnvSettings,
     pub verifier: Verifier,
+    /// The user's hooks for our agent's episodes (`agent bench --hooks FILE`; none by
+    /// default, so that a leaderboard run is the agent alone).
+    pub hooks: agent_core::hooks::Hooks,
 }
 
 /// Runs one trial to the end; every failure becomes the record's failure mode.
@@ -108,9 +111,16 @@ pub async fn run_trial_with(
         return fail(rec, FailureMode::EnvBuildFailed, "the environment has no agent container".into(), started);
     };
 
-    let (outcome, mut agent_shell) =
-        run_agent(ctx.agent, model, &ctx.config, task, &sandbox, &dir, (ctx.env.run_id.as_str(), episode.as_str()))
-            .await;
+    let (outcome, mut agent_shell) = run_agent(
+        ctx.agent,
+        model,
+        (&ctx.config, &ctx.hooks),
+        task,
+        &sandbox,
+        &dir,
+        (ctx.env.run_id.as_str(), episode.as_str()),
+    )
+    .await;
     rec.timings.agent_secs = outcome.duration.as_secs_f64();
     rec.usage = outcome.usage;
     rec.turns = outcome.turns;

@@ -1,6 +1,7 @@
 //! The agent's core: the episode loop ([`episode`]) and the tools it runs in a sandbox
-//! ([`tools`]), the configuration ([`config`]), the model backend trait with the HTTP and
-//! scripted backends ([`llm`]) and the built-in model files ([`models`]).
+//! ([`tools`]), the configuration ([`config`]), the user's hooks ([`hooks`]), the model
+//! backend trait with the HTTP and scripted backends ([`llm`]) and the built-in model
+//! files ([`models`]).
 //!
 //! Front ends talk to a running episode only through `agent_protocol`'s `Op`s and
 //! `Event`s. Nothing here links an inference engine: local models are loaded by
@@ -9,6 +10,7 @@
 pub mod assets;
 pub mod config;
 pub mod episode;
+pub mod hooks;
 pub mod llm;
 pub mod models;
 pub mod tools;

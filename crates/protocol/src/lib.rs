@@ -21,6 +21,9 @@ pub enum Op {
     Compact,
     /// End the session: interrupts what runs and emits [`Event::EpisodeEnd`].
     Shutdown,
+    /// Change the approval mode from the next action on (Shift+Tab in the UI; entering
+    /// or leaving plan mode).
+    SetApprovalMode { mode: ApprovalMode },
 }
 
 /// How the user answered an approval request.
@@ -46,6 +49,21 @@ pub enum ApprovalMode {
     /// Everything runs (the sandbox is the safety boundary).
     #[default]
     Auto,
+    /// Research and plan only: files are not changed, every bash command asks, and the
+    /// turn ends with a plan ([`Event::PlanProposed`]) for the user to accept or reject.
+    Plan,
+}
+
+impl ApprovalMode {
+    /// The mode's name as typed on the command line and shown in the UI.
+    pub fn name(self) -> &'static str {
+        match self {
+            ApprovalMode::Ask => "ask",
+            ApprovalMode::AutoEdit => "auto-edit",
+            ApprovalMode::Auto => "auto",
+            ApprovalMode::Plan => "plan",
+        }
+    }
 }
 
 /// Why an episode ended.
@@ -142,8 +160,19 @@ pub enum Event {
         duration_ms: u64,
         timed_out: bool,
     },
-    /// The core waits for an [`Op::Approval`] before running this call.
-    ApprovalRequest { call_id: String, tool: String, args: serde_json::Value },
+    /// The core waits for an [`Op::Approval`] before running this call. A `reason`
+    /// (from a hook, or plan mode) means the user must be asked whatever the front
+    /// end's own mode would do.
+    ApprovalRequest {
+        call_id: String,
+        tool: String,
+        args: serde_json::Value,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        reason: Option<String>,
+    },
+    /// Plan mode's work ended with this plan; the front end asks the user to accept it
+    /// (and leave plan mode) or to say what to change.
+    PlanProposed { plan: String },
     /// Token counts of the latest model call and the running total.
     TokenUsage { turn: u32, last: TokenUsage, total: TokenUsage, decode_tokens_per_sec: Option<f64> },
     /// Work stopped after an interrupt; the session accepts a new turn.

@@ -225,6 +225,8 @@ pub async fn trial_context(
         env: EnvSettings::from_config(&config, run_id, Vec::new()),
         verifier: Verifier::probe(VerifyMode::Script).await,
         config,
+        // Rollouts are the policy alone.
+        hooks: Default::default(),
     };
     Ok((Arc::new(ctx), tasks))
 }

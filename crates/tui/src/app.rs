@@ -76,6 +76,8 @@ pub struct PendingApproval {
     pub call_id: String,
     pub tool: String,
     pub args: Value,
+    /// Why the core asks whatever the mode says (a hook, plan mode).
+    pub reason: Option<String>,
 }
 
 /// Static facts the UI starts with.
@@ -98,6 +100,10 @@ pub struct App {
     pub popup: Option<Popup>,
     pub approval: Option<PendingApproval>,
     pub mode: ApprovalMode,
+    /// The mode plan mode returns to when its plan is accepted.
+    pub plan_return: ApprovalMode,
+    /// A plan waiting for the user's yes or no.
+    pub pending_plan: Option<String>,
     pub status: Status,
     /// A transient line under the composer ("press Ctrl+C again to quit").
     pub hint: Option<String>,
@@ -126,23 +132,7 @@ pub struct App {
     pub should_quit: bool,
 }
 
-/// The next mode for Shift+Tab.
-pub fn next_mode(mode: ApprovalMode) -> ApprovalMode {
-    match mode {
-        ApprovalMode::Ask => ApprovalMode::AutoEdit,
-        ApprovalMode::AutoEdit => ApprovalMode::Auto,
-        ApprovalMode::Auto => ApprovalMode::Ask,
-    }
-}
-
-/// The mode's name as typed on the command line.
-pub fn mode_name(mode: ApprovalMode) -> &'static str {
-    match mode {
-        ApprovalMode::Ask => "ask",
-        ApprovalMode::AutoEdit => "auto-edit",
-        ApprovalMode::Auto => "auto",
-    }
-}
+pub use super::plan::{core_mode, mode_name, next_mode};
 
 impl App {
     /// A fresh UI showing the start screen.
@@ -155,6 +145,8 @@ impl App {
             popup: None,
             approval: None,
             mode: cfg.approval,
+            plan_return: if cfg.approval == ApprovalMode::Plan { ApprovalMode::Ask } else { cfg.approval },
+            pending_plan: None,
             status: Status {
                 model: cfg.model,
                 container: ContainerState::Starting,
@@ -202,7 +194,7 @@ impl App {
             || match self.mode {
                 ApprovalMode::Auto => true,
                 ApprovalMode::AutoEdit => tool == "file",
-                ApprovalMode::Ask => false,
+                ApprovalMode::Ask | ApprovalMode::Plan => false,
             }
     }
 
@@ -226,6 +218,9 @@ impl App {
         if self.approval.is_some() {
             return self.approval_key(key);
         }
+        if self.pending_plan.is_some() && !self.busy {
+            return self.plan_key(key);
+        }
         let mut effects = Vec::new();
         match key.code {
             KeyCode::Esc => {
@@ -241,10 +236,7 @@ impl App {
                 }
                 return effects;
             }
-            KeyCode::BackTab => {
-                self.mode = next_mode(self.mode);
-                return effects;
-            }
+            KeyCode::BackTab => return self.set_mode(next_mode(self.mode)),
             KeyCode::Char('o') if ctrl => {
                 self.transcript.opts.expanded = !self.transcript.opts.expanded;
                 return effects;
@@ -344,10 +336,7 @@ impl App {
                 self.set_tool_status(&pending.call_id, ToolStatus::Denied);
                 return vec![Effect::Op(Op::Interrupt)];
             }
-            KeyCode::BackTab => {
-                self.mode = next_mode(self.mode);
-                return Vec::new();
-            }
+            KeyCode::BackTab => return self.set_mode(next_mode(self.mode)),
             _ => return Vec::new(),
         };
         self.approval = None;
@@ -552,14 +541,15 @@ impl App {
                     self.last_todo = Some(observation);
                 }
             }
-            Event::ApprovalRequest { call_id, tool, args } => {
-                if self.auto_approved(&tool) {
+            Event::ApprovalRequest { call_id, tool, args, reason } => {
+                if reason.is_none() && self.auto_approved(&tool) {
                     effects.push(Effect::Op(Op::Approval { call_id, decision: ApprovalDecision::Approve }));
                 } else {
                     self.set_tool_status(&call_id, ToolStatus::AwaitingApproval);
-                    self.approval = Some(PendingApproval { call_id, tool, args });
+                    self.approval = Some(PendingApproval { call_id, tool, args, reason });
                 }
             }
+            Event::PlanProposed { plan } => self.plan_proposed(plan),
             Event::TokenUsage { last, total, decode_tokens_per_sec, turn } => {
                 self.status.context_used = last.prompt_tokens + last.completion_tokens;
                 self.status.total = total;

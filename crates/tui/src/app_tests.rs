@@ -59,6 +59,7 @@ fn approvals_follow_the_mode() {
         call_id: id.into(),
         tool: tool.into(),
         args: serde_json::json!({"cmd": "ls"}),
+        reason: None,
     };
     a.on_core(Event::ToolCallBegin {
         call_id: "1.1".into(),
@@ -261,4 +262,77 @@ fn a_large_paste_stays_a_placeholder_in_the_transcript() {
     assert!(matches!(&fx[..], [Effect::Op(Op::UserTurn { text })] if text.contains("line 39")));
     assert!(matches!(a.transcript.cells().find(|c| matches!(c, CellKind::User { .. })),
         Some(CellKind::User { text }) if text.starts_with("[pasted") && !text.contains("line 39")));
+}
+
+#[test]
+fn shift_tab_reaches_plan_mode_and_tells_the_core() {
+    let mut a = app();
+    a.mode = ApprovalMode::Auto;
+    assert_eq!(a.on_key(key(KeyCode::BackTab)), vec![Effect::Op(Op::SetApprovalMode { mode: ApprovalMode::Plan })]);
+    assert_eq!((a.mode, a.plan_return), (ApprovalMode::Plan, ApprovalMode::Auto));
+    // Leaving plan mode: the core goes back to asking the UI about everything.
+    assert_eq!(a.on_key(key(KeyCode::BackTab)), vec![Effect::Op(Op::SetApprovalMode { mode: ApprovalMode::Ask })]);
+    assert_eq!(a.mode, ApprovalMode::Ask);
+    // Between the UI's own modes the core hears nothing.
+    assert!(a.on_key(key(KeyCode::BackTab)).is_empty());
+    assert_eq!(a.mode, ApprovalMode::AutoEdit);
+}
+
+#[test]
+fn an_accepted_plan_starts_work_in_the_previous_mode() {
+    let mut a = app();
+    a.mode = ApprovalMode::AutoEdit;
+    a.on_key(key(KeyCode::BackTab));
+    a.on_key(key(KeyCode::BackTab));
+    assert_eq!((a.mode, a.plan_return), (ApprovalMode::Plan, ApprovalMode::Auto));
+    // In plan mode even a file read the UI would let through in auto asks when the core
+    // says so, and bash is never auto-approved.
+    let bash = Event::ApprovalRequest {
+        call_id: "1.1".into(),
+        tool: "bash".into(),
+        args: serde_json::json!({"cmd": "ls"}),
+        reason: Some("plan mode: every command asks".into()),
+    };
+    assert!(a.on_core(bash).is_empty());
+    assert!(a.approval.is_some());
+    a.on_key(key(KeyCode::Char('y')));
+    a.on_core(Event::PlanProposed { plan: "1. Edit main.rs".into() });
+    a.on_core(Event::TaskComplete);
+    assert_eq!(a.pending_plan.as_deref(), Some("1. Edit main.rs"));
+    let fx = a.on_key(key(KeyCode::Char('y')));
+    assert_eq!(a.mode, ApprovalMode::Auto);
+    assert!(a.pending_plan.is_none());
+    assert_eq!(fx[0], Effect::Op(Op::SetApprovalMode { mode: ApprovalMode::Ask }));
+    assert!(matches!(&fx[1], Effect::Op(Op::UserTurn { text }) if text == crate::plan::PLAN_ACCEPTED), "{fx:?}");
+    assert!(a.busy);
+}
+
+#[test]
+fn a_rejected_plan_keeps_plan_mode_for_the_feedback() {
+    let mut a = app();
+    a.on_key(key(KeyCode::BackTab));
+    a.on_key(key(KeyCode::BackTab));
+    a.on_key(key(KeyCode::BackTab));
+    assert_eq!(a.mode, ApprovalMode::Plan);
+    a.on_core(Event::PlanProposed { plan: "1. Delete everything".into() });
+    a.on_core(Event::TaskComplete);
+    assert!(a.on_key(key(KeyCode::Char('n'))).is_empty());
+    assert_eq!((a.mode, a.pending_plan.clone()), (ApprovalMode::Plan, None));
+    type_text(&mut a, "keep the tests");
+    let fx = a.on_key(key(KeyCode::Enter));
+    assert!(matches!(&fx[0], Effect::Op(Op::UserTurn { text }) if text == "keep the tests"), "{fx:?}");
+}
+
+#[test]
+fn a_hook_that_asks_is_asked_even_in_auto_mode() {
+    let mut a = app();
+    a.mode = ApprovalMode::Auto;
+    let req = Event::ApprovalRequest {
+        call_id: "1.1".into(),
+        tool: "bash".into(),
+        args: serde_json::json!({"cmd": "git push"}),
+        reason: Some("the PreToolUse hook asks about pushes".into()),
+    };
+    assert!(a.on_core(req).is_empty());
+    assert_eq!(a.approval.as_ref().and_then(|p| p.reason.as_deref()), Some("the PreToolUse hook asks about pushes"));
 }

@@ -52,7 +52,7 @@ pub fn run_slash(app: &mut App, line: &str) -> Vec<Effect> {
             let mode = match arg {
                 None => {
                     app.info(format!(
-                        "approval mode: {} (change with /approval ask|auto-edit|auto, or Shift+Tab)",
+                        "approval mode: {} (change with /approval ask|auto-edit|auto|plan, or Shift+Tab)",
                         mode_name(app.mode)
                     ));
                     return Vec::new();
@@ -60,14 +60,15 @@ pub fn run_slash(app: &mut App, line: &str) -> Vec<Effect> {
                 Some("ask") => ApprovalMode::Ask,
                 Some("auto-edit") => ApprovalMode::AutoEdit,
                 Some("auto") => ApprovalMode::Auto,
+                Some("plan") => ApprovalMode::Plan,
                 Some(other) => {
-                    app.error(format!("unknown approval mode `{other}` (ask, auto-edit, auto)"));
+                    app.error(format!("unknown approval mode `{other}` (ask, auto-edit, auto, plan)"));
                     return Vec::new();
                 }
             };
-            app.mode = mode;
+            let effects = app.set_mode(mode);
             app.info(format!("approval mode: {}", mode_name(mode)));
-            Vec::new()
+            effects
         }
         "resume" => match arg {
             None => vec![Effect::ListSessions],

@@ -14,6 +14,7 @@ mod diff;
 mod highlight;
 mod markdown;
 pub mod perf;
+mod plan;
 pub mod popup;
 mod reply;
 pub mod runner;

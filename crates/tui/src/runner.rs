@@ -96,7 +96,7 @@ impl Runner {
         let mut cfg = self.ctx.session.clone();
         // The UI answers approval requests itself according to its mode, so the core
         // asks for everything that any mode may want to confirm.
-        cfg.approval = agent_protocol::ApprovalMode::Ask;
+        cfg.approval = super::app::core_mode(self.app.mode);
         cfg.end_after_first_task = false;
         cfg.episode_id = format!("{}-{}", &cfg.run_id[..cfg.run_id.len().min(12)], self.episode);
         cfg.model_name = self.ctx.model.name();

@@ -138,6 +138,7 @@ fn approval_prompt() {
         call_id: "1.1".into(),
         tool: "bash".into(),
         args: json!({"cmd": "rm -rf build/"}),
+        reason: None,
     });
     let b = screen(&mut a, 80, 14);
     let t = text_of(&b);
@@ -234,4 +235,38 @@ fn custom_commands_in_the_slash_popup() {
     assert!(t.contains("/resume") && t.contains("/review") && t.contains("Review the diff [file] (project)"), "{t}");
     assert!(t.contains("/release-notes") && t.contains("(user)"), "{t}");
     assert_snapshot!("custom_commands_popup", b);
+}
+
+#[test]
+fn plan_mode_prompt() {
+    let mut a = app(ApprovalMode::Auto);
+    a.set_mode(ApprovalMode::Plan);
+    a.user_turn("add a --verbose flag".into());
+    a.on_core(Event::TurnStarted { turn: 1 });
+    let plan = "Plan:\n1. Add `verbose: bool` to `Args` in src/main.rs.\n2. Print each step when it is set.\n3. Run `cargo test`.";
+    a.on_core(Event::AssistantMessage { turn: 1, text: plan.into() });
+    a.on_core(Event::PlanProposed { plan: plan.into() });
+    a.on_core(Event::TaskComplete);
+    let b = screen(&mut a, 80, 18);
+    let t = text_of(&b);
+    assert!(t.contains("plan ready") && t.contains("in auto mode?") && t.contains("keep planning"), "{t}");
+    assert!(t.contains("· plan ·") && t.contains("cargo test"), "{t}");
+    assert_snapshot!("plan_mode_prompt", b);
+}
+
+#[test]
+fn approval_asked_by_a_hook() {
+    let mut a = app(ApprovalMode::Auto);
+    a.user_turn("publish".into());
+    bash_call(&mut a, "1.1", "git push origin main");
+    a.on_core(Event::ApprovalRequest {
+        call_id: "1.1".into(),
+        tool: "bash".into(),
+        args: json!({"cmd": "git push origin main"}),
+        reason: Some("pushes need a human".into()),
+    });
+    let b = screen(&mut a, 80, 12);
+    let t = text_of(&b);
+    assert!(t.contains("allow bash? (pushes need a human)") && t.contains("run `git push origin main`"), "{t}");
+    assert_snapshot!("approval_asked_by_a_hook", b);
 }

@@ -67,6 +67,8 @@ pub fn keep(event: &Event) -> bool {
             | Event::EpisodeEnd { .. }
             | Event::PromptProgress { .. }
             | Event::TaskComplete
+            // A resumed session does not ask about an old plan again.
+            | Event::PlanProposed { .. }
     )
 }
 

@@ -21,12 +21,15 @@ pub fn draw(frame: &mut Frame<'_>, app: &mut App) {
     let area = frame.area();
     let width = usize::from(area.width.saturating_sub(4)).max(1);
     let (rows, cursor) = composer_rows(app, width);
-    let bottom = if app.approval.is_some() { 5 } else { rows.len().min(COMPOSER_MAX_LINES) as u16 + 2 };
+    let plan_waits = app.approval.is_none() && app.pending_plan.is_some() && !app.busy;
+    let bottom = if app.approval.is_some() || plan_waits { 5 } else { rows.len().min(COMPOSER_MAX_LINES) as u16 + 2 };
     let [main, input, status] =
         Layout::vertical([Constraint::Min(1), Constraint::Length(bottom), Constraint::Length(1)]).areas(area);
     app.transcript.render(main, frame.buffer_mut());
     if app.approval.is_some() {
         draw_approval(frame, app, input);
+    } else if plan_waits {
+        draw_plan_prompt(frame, app, input);
     } else {
         draw_composer(frame, app, input, &rows, cursor);
         draw_popup(frame, app, main);
@@ -141,6 +144,10 @@ fn draw_approval(frame: &mut Frame<'_>, app: &App, area: Rect) {
     let inner_width = usize::from(area.width.saturating_sub(4));
     let what = truncate(&what.replace('\n', " ⏎ "), inner_width);
     let key = |k: &'static str| Span::styled(k, Style::new().fg(Color::Yellow).add_modifier(Modifier::BOLD));
+    let title = match &p.reason {
+        Some(reason) => format!(" allow {}? ({}) ", p.tool, truncate(reason, inner_width.saturating_sub(20))),
+        None => format!(" allow {}? ", p.tool),
+    };
     let lines = vec![
         Line::from(Span::styled(what, Style::new().add_modifier(Modifier::BOLD))),
         Line::from(vec![
@@ -157,7 +164,30 @@ fn draw_approval(frame: &mut Frame<'_>, app: &App, area: Rect) {
         .borders(Borders::ALL)
         .border_type(BorderType::Rounded)
         .border_style(Style::new().fg(Color::Yellow))
-        .title(Span::styled(format!(" allow {}? ", p.tool), Style::new().fg(Color::Yellow)));
+        .title(Span::styled(title, Style::new().fg(Color::Yellow)));
+    frame.render_widget(Paragraph::new(lines).block(block), area);
+}
+
+/// The question under a proposed plan (the plan itself is the answer above it).
+fn draw_plan_prompt(frame: &mut Frame<'_>, app: &App, area: Rect) {
+    let key = |k: &'static str| Span::styled(k, Style::new().fg(Color::Cyan).add_modifier(Modifier::BOLD));
+    let lines = vec![
+        Line::from(Span::styled(
+            format!("Start working on this plan in {} mode?", mode_name(app.plan_return)),
+            Style::new().add_modifier(Modifier::BOLD),
+        )),
+        Line::from(vec![
+            key("y"),
+            Span::raw(" accept and start  "),
+            key("n"),
+            Span::raw(" keep planning (then say what to change)"),
+        ]),
+    ];
+    let block = Block::default()
+        .borders(Borders::ALL)
+        .border_type(BorderType::Rounded)
+        .border_style(Style::new().fg(Color::Cyan))
+        .title(Span::styled(" plan ready ", Style::new().fg(Color::Cyan)));
     frame.render_widget(Paragraph::new(lines).block(block), area);
 }
 

@@ -10,6 +10,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::config::{Config, EpisodeLimits};
+use crate::hooks::Hooks;
 use crate::llm::ModelBackend;
 use crate::tools::{SpecError, ToolFormat, ToolSpecs};
 use agent_protocol::{ApprovalMode, EndReason};
@@ -81,6 +82,9 @@ pub struct EpisodeRequest {
     pub limits: EpisodeLimits,
     /// Where to write the trajectory.
     pub trajectory: Option<PathBuf>,
+    /// The user's hooks (`agent run` and the UI load the settings files; bench only
+    /// with `--hooks`).
+    pub hooks: Hooks,
 }
 
 impl EpisodeRequest {
@@ -94,6 +98,7 @@ impl EpisodeRequest {
             end_after_first_task: true,
             limits: config.episode.clone(),
             trajectory: None,
+            hooks: Hooks::default(),
         }
     }
 }
@@ -173,6 +178,7 @@ pub async fn build_episode(
         trajectory: request.trajectory,
         tool_format,
         history: Vec::new(),
+        hooks: request.hooks,
     };
     let executor = ToolExecutor::new(
         shell,

@@ -12,21 +12,23 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::EpisodeLimits;
+use crate::hooks::Hooks;
 use crate::llm::{
-    ChatMessage, ChatRequest, ChatResponse, FinishReason, LlmError, ModelBackend, Role, SamplingParams, ToolDefinition,
+    ChatMessage, ChatRequest, FinishReason, LlmError, ModelBackend, Role, SamplingParams, ToolDefinition,
 };
-use crate::tools::{
-    no_native_call_error, parse_actions, parse_native_call, untagged_json_calls, unwrap_observation, write_call,
-    Action, ActionParseError, ToolFormat, ToolSpecs,
-};
-use agent_protocol::{ApprovalDecision, ApprovalMode, EndReason, Event, Op, TokenUsage};
+use crate::tools::{unwrap_observation, Action, ActionParseError, ToolFormat, ToolSpecs};
+use agent_protocol::{ApprovalMode, EndReason, Event, Op, TokenUsage};
 
 use super::executor::ToolExecutor;
 use super::history::adapt_history;
 
+mod action;
+mod calls;
 mod context;
-use super::stuck::{loop_warning, LoopDetector, LoopVerdict};
-use super::trajectory::{EpisodeEndRecord, EpisodeStart, ObservationRecord, TrajectoryWriter, TurnRecord};
+mod hooks;
+mod plan;
+use super::stuck::{LoopDetector, LoopVerdict};
+use super::trajectory::{EpisodeEndRecord, EpisodeStart, TrajectoryWriter, TurnRecord};
 use context::with_prompt_progress;
 
 /// Everything a session needs besides the model and the sandbox.
@@ -51,6 +53,8 @@ pub struct SessionConfig {
     /// A conversation to continue (the UI's model switch, a session after a model
     /// error); rewritten for `tool_format`. Empty for a new conversation.
     pub history: Vec<ChatMessage>,
+    /// The user's hooks (none unless configured).
+    pub hooks: Hooks,
 }
 
 /// How a session ended.
@@ -123,6 +127,8 @@ enum TaskEnd {
     Finished(String),
     Stopped(EndReason),
     Interrupted,
+    /// A `UserPromptSubmit` hook refused the prompt; nothing ran.
+    Refused,
 }
 
 struct Session {
@@ -149,6 +155,8 @@ struct Session {
     /// What the current turn sent back to the model (observations and errors), for the
     /// loop detector.
     turn_results: Vec<String>,
+    /// Context from `SessionStart` hooks, sent with the next prompt.
+    hook_context: Vec<String>,
 }
 
 impl Session {
@@ -171,6 +179,9 @@ impl Session {
             }
         };
         let started = Instant::now();
+        let mut cfg = cfg;
+        cfg.hooks.session_id = cfg.episode_id.clone();
+        cfg.hooks.transcript_path = cfg.trajectory.clone();
         let tools = if cfg.tool_format == ToolFormat::Native { specs.definitions() } else { Vec::new() };
         let messages = adapt_history(cfg.history.clone(), cfg.tool_format);
         Session {
@@ -193,6 +204,7 @@ impl Session {
             flags: Flags::default(),
             loops: LoopDetector::default(),
             turn_results: Vec::new(),
+            hook_context: Vec::new(),
         }
     }
 
@@ -225,6 +237,7 @@ impl Session {
             image: self.cfg.image.clone(),
             container: self.cfg.container.clone(),
         });
+        self.session_start_hooks().await;
         let mut finish_message = None;
         let reason = loop {
             let Some(op) = self.next_op().await else { break EndReason::Shutdown };
@@ -248,6 +261,8 @@ impl Session {
                                 break EndReason::Interrupted;
                             }
                         }
+                        TaskEnd::Refused if self.cfg.end_after_first_task => break EndReason::Interrupted,
+                        TaskEnd::Refused => {}
                         TaskEnd::Stopped(reason) => {
                             if self.cfg.end_after_first_task
                                 || matches!(reason, EndReason::Shutdown | EndReason::Error | EndReason::WallClock)
@@ -260,6 +275,7 @@ impl Session {
                     self.emit(Event::TaskComplete);
                 }
                 Op::Compact => self.compact().await,
+                Op::SetApprovalMode { mode } => self.set_mode(mode),
                 Op::Shutdown => break EndReason::Shutdown,
                 Op::Interrupt | Op::Approval { .. } => {}
             }
@@ -312,8 +328,45 @@ impl Session {
         }
     }
 
+    /// The work on one user message: the prompt hooks, the turns, and the stop hooks
+    /// that may send the agent back to work.
     async fn run_task(&mut self, text: String) -> TaskEnd {
+        // What stopped the last task is no reason to stop this one.
+        self.flags = Flags { ops_closed: self.flags.ops_closed, ..Flags::default() };
+        self.apply_queued_modes();
+        let text = match self.prompt_hooks(text).await {
+            Ok(text) => text,
+            Err(reason) => {
+                self.emit(Event::Notice { message: format!("a UserPromptSubmit hook blocked the prompt: {reason}") });
+                return TaskEnd::Refused;
+            }
+        };
+        if self.flags.interrupted {
+            return TaskEnd::Interrupted;
+        }
+        let text = self.with_plan_reminder(text);
         self.messages.push(ChatMessage::new(Role::User, text));
+        let mut stop_hook_active = false;
+        loop {
+            let end = self.work().await;
+            let TaskEnd::Finished(message) = end else { return end };
+            match self.stop_hooks(stop_hook_active).await {
+                Some(reason) if self.limit_reached().is_none() => {
+                    stop_hook_active = true;
+                    self.emit(Event::Notice { message: format!("a Stop hook sent the agent back to work: {reason}") });
+                    self.messages.push(ChatMessage::new(Role::User, format!("<stop_hook>\n{reason}\n</stop_hook>")));
+                }
+                _ if self.flags.interrupted => return TaskEnd::Interrupted,
+                _ => {
+                    self.propose_plan(&message);
+                    return TaskEnd::Finished(message);
+                }
+            }
+        }
+    }
+
+    /// Model turns and tool calls until the agent answers, finishes or is stopped.
+    async fn work(&mut self) -> TaskEnd {
         self.parse_failures = 0;
         self.loops = LoopDetector::default();
         // Model calls refused for a prompt too long for the context, in a row.
@@ -514,191 +567,6 @@ impl Session {
             }
             if verdict == LoopVerdict::Stop {
                 return TaskEnd::Stopped(EndReason::Repetition);
-            }
-        }
-    }
-
-    /// The actions of a reply in order. In the native format each gets the id of the call
-    /// it answers: the backend's structured calls when it returned any, else the calls
-    /// found in the text (`<tool_call>` JSON, or tags) with ids made here. Errors that
-    /// belong to no call come second.
-    /// The reply's calls and the errors of the ones that could not be read; the flag says
-    /// that the reply attempted no call at all (see [`crate::tools::ParseOutcome::prose_only`]).
-    fn plan_calls(&self, response: &ChatResponse, turn: u32) -> (Vec<PlannedCall>, Vec<ActionParseError>, bool) {
-        let native = self.cfg.tool_format == ToolFormat::Native;
-        if native && !response.tool_calls.is_empty() {
-            let planned = response
-                .tool_calls
-                .iter()
-                .map(|c| PlannedCall {
-                    call_id: Some(c.id.clone()),
-                    action: parse_native_call(&c.name, &c.arguments, &self.specs),
-                })
-                .collect();
-            return (planned, Vec::new(), false);
-        }
-        let mut parsed = parse_actions(&response.text, &self.specs);
-        // A native reply without `<tool_call>` tags may still hold the call's JSON object.
-        let no_call_here = parsed.actions.is_empty()
-            && parsed.errors.iter().all(|e| e.tool.is_none())
-            && !response.text.contains("<tool_call>");
-        if native && no_call_here {
-            let untagged = untagged_json_calls(&response.text, &self.specs);
-            if !untagged.is_empty() {
-                let planned = untagged
-                    .into_iter()
-                    .enumerate()
-                    .map(|(i, action)| PlannedCall { call_id: Some(format!("call_{turn}_{}", i + 1)), action })
-                    .collect();
-                return (planned, Vec::new(), false);
-            }
-        }
-        let prose_only = parsed.prose_only && !response.text.contains("<tool_call>");
-        let planned: Vec<PlannedCall> = parsed
-            .actions
-            .into_iter()
-            .enumerate()
-            .map(|(i, action)| PlannedCall {
-                call_id: native.then(|| format!("call_{turn}_{}", i + 1)),
-                action: Ok(action),
-            })
-            .collect();
-        let mut errors = std::mem::take(&mut parsed.errors);
-        // A native reply with no call at all gets the native format's own explanation,
-        // not the text format's (which would teach the model the wrong syntax).
-        if native && no_call_here {
-            errors = vec![no_native_call_error(&self.specs)];
-        }
-        (planned, errors, prose_only)
-    }
-
-    /// Adds a call's result: a tool message in the native format, else one part of the
-    /// next user message.
-    fn push_observation(&mut self, call_id: Option<&str>, text: String, text_observations: &mut Vec<String>) {
-        match call_id {
-            Some(id) => {
-                self.turn_results.push(text.clone());
-                self.messages.push(ChatMessage::tool_result(id, text));
-            }
-            None => text_observations.push(text),
-        }
-    }
-
-    /// The loop warning, with the finish call written in this episode's format. The
-    /// example's message describes itself: small models copy an example's words.
-    fn loop_warning(&self) -> String {
-        let example = self.specs.get("finish").map(|_| {
-            let args = serde_json::json!({"message": "one line: what was done and how it was checked"});
-            write_call("finish", &args, self.cfg.tool_format)
-        });
-        loop_warning(example.as_deref())
-    }
-
-    /// Answers the structured calls of a reply that will not run (the reply was cut off),
-    /// so the conversation stays valid for APIs that require an answer to every call.
-    fn answer_unrun_calls(&mut self, response: &ChatResponse, why: &str) {
-        if self.cfg.tool_format != ToolFormat::Native {
-            return;
-        }
-        for call in &response.tool_calls {
-            self.messages.push(ChatMessage::tool_result(call.id.clone(), why));
-        }
-    }
-
-    /// Runs one action (asking for approval when the mode requires it).
-    async fn run_action(
-        &mut self,
-        call_id: &str,
-        action: &Action,
-    ) -> Result<(ObservationRecord, Option<String>), String> {
-        let args = serde_json::Value::Object(action.args.clone());
-        self.emit(Event::ToolCallBegin { call_id: call_id.into(), tool: action.tool.clone(), args: args.clone() });
-        let started = Instant::now();
-        let mut record = ObservationRecord {
-            call_id: call_id.into(),
-            tool: action.tool.clone(),
-            args: action.args.clone(),
-            observation: String::new(),
-            exit_code: None,
-            timed_out: false,
-            duration_ms: 0,
-        };
-        if self.needs_approval(action) {
-            self.emit(Event::ApprovalRequest { call_id: call_id.into(), tool: action.tool.clone(), args });
-            match self.wait_approval(call_id).await {
-                Some(ApprovalDecision::Approve) => {}
-                Some(ApprovalDecision::ApproveAlways) => {
-                    self.always_approved.insert(action.tool.clone());
-                }
-                Some(ApprovalDecision::Deny) | None => {
-                    record.observation = format!(
-                        "<{0}_output>\nthe user denied this action; it did not run. Ask or try another approach.\n</{0}_output>",
-                        action.tool
-                    );
-                    self.end_call(&record, started);
-                    return Ok((record, None));
-                }
-            }
-        }
-        // The call's duration is its run's, not the user's time to approve it.
-        let started = Instant::now();
-        let cancel = CancellationToken::new();
-        let events = self.events.clone();
-        let id = call_id.to_string();
-        let mut on_output = move |chunk: &str| {
-            if !chunk.is_empty() {
-                let _ = events.send(Event::ToolCallOutput { call_id: id.clone(), chunk: chunk.to_string() });
-            }
-        };
-        let run = self.executor.execute(action, &cancel, &mut on_output);
-        let outcome = race(run, &mut self.ops, &cancel, self.deadline, &mut self.flags, &mut self.queued).await;
-        let outcome = outcome.map_err(|e| format!("the sandbox failed: {e}"))?;
-        record.observation = outcome.observation;
-        record.exit_code = outcome.exit_code;
-        record.timed_out = outcome.timed_out;
-        self.end_call(&record, started);
-        Ok((record, outcome.finish))
-    }
-
-    fn end_call(&self, record: &ObservationRecord, started: Instant) {
-        self.emit(Event::ToolCallEnd {
-            call_id: record.call_id.clone(),
-            tool: record.tool.clone(),
-            exit_code: record.exit_code,
-            observation: record.observation.clone(),
-            duration_ms: started.elapsed().as_millis() as u64,
-            timed_out: record.timed_out,
-        });
-    }
-
-    fn needs_approval(&self, action: &Action) -> bool {
-        if self.always_approved.contains(&action.tool) {
-            return false;
-        }
-        let writes_files = action.tool == "file"
-            && matches!(action.args.get("action").and_then(|v| v.as_str()), Some("write" | "edit" | "multi_edit"));
-        match self.cfg.approval {
-            ApprovalMode::Auto => false,
-            ApprovalMode::AutoEdit => action.tool == "bash",
-            ApprovalMode::Ask => action.tool == "bash" || writes_files,
-        }
-    }
-
-    async fn wait_approval(&mut self, call_id: &str) -> Option<ApprovalDecision> {
-        loop {
-            let op = if self.flags.ops_closed { None } else { self.ops.recv().await };
-            match op {
-                Some(Op::Approval { call_id: id, decision }) if id == call_id => return Some(decision),
-                Some(Op::Interrupt) => {
-                    self.flags.interrupted = true;
-                    return None;
-                }
-                Some(Op::Shutdown) | None => {
-                    self.flags.shutdown = true;
-                    self.flags.ops_closed |= op.is_none();
-                    return None;
-                }
-                Some(other) => self.queued.push_back(other),
             }
         }
     }
