@@ -3,6 +3,7 @@
 mod bench;
 mod hooks;
 mod judge_eval;
+mod mcp;
 mod model;
 mod perf;
 mod print;

@@ -93,6 +93,7 @@ pub async fn run(args: RunArgs, mut config: Config) -> anyhow::Result<u8> {
     let mut printer = Printer::new(args.json);
     let project = std::env::current_dir().context("cannot read the current directory")?;
     let (hooks, hooks_note) = super::hooks::session_hooks(&project, args.hooks.as_deref(), args.no_hooks)?;
+    let mcp_servers = super::mcp::project_servers(&config, &project)?;
     if let Some(note) = hooks_note {
         printer.notice(&note);
     }
@@ -149,6 +150,7 @@ pub async fn run(args: RunArgs, mut config: Config) -> anyhow::Result<u8> {
         request.limits = limits;
         request.trajectory = trajectory.clone();
         request.hooks = hooks.clone();
+        request.mcp_servers = mcp_servers.clone();
         let mut on_notice = |n: String| notices.push(n);
         match build_episode(&engine, &config, model.as_ref(), request, &mut on_notice).await {
             Ok(episode) => Ok((episode, task_run, notices)),

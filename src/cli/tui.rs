@@ -133,6 +133,7 @@ pub async fn run(args: TuiArgs, config: Config, local: agent_core::llm::LocalMod
         limits: limits.clone(),
         trajectory: None,
         hooks: hooks.clone(),
+        mcp_servers: super::mcp::project_servers(&config, &cwd)?,
     };
     // The UI resolves the format for each session (a `/model` switch can change it).
     let mut ui_config = config.clone();
@@ -140,7 +141,8 @@ pub async fn run(args: TuiArgs, config: Config, local: agent_core::llm::LocalMod
     let prepare = async {
         let mut notices = Vec::new();
         let mut on_notice = |n: String| notices.push(n);
-        build_episode(&engine, &ui_config, model.as_ref(), request, &mut on_notice).await
+        let built = build_episode(&engine, &ui_config, model.as_ref(), request, &mut on_notice).await;
+        built.map(|episode| (episode, notices))
     };
     let prepared = tokio::select! {
         r = prepare => r,
@@ -149,7 +151,7 @@ pub async fn run(args: TuiArgs, config: Config, local: agent_core::llm::LocalMod
             return Ok(Signals::exit_code(sig));
         }
     };
-    let episode = match prepared {
+    let (episode, notices) = match prepared {
         Ok(p) => p,
         Err(e) => {
             cleanup(&engine, &run_id).await;
@@ -183,6 +185,8 @@ pub async fn run(args: TuiArgs, config: Config, local: agent_core::llm::LocalMod
             max_output: config.sandbox.max_output_bytes,
             tool_format,
             native_prompt,
+            mcp: episode.mcp.clone(),
+            notices,
         };
         // A panic inside the UI must still remove the container (the panic hook has
         // already restored the terminal by the time it is caught here).

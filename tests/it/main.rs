@@ -17,6 +17,7 @@ mod judge;
 mod llamacpp;
 mod llm_openai;
 mod local_model;
+mod mcp;
 mod models;
 mod real_models;
 mod sandbox_files;

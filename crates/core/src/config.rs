@@ -40,6 +40,8 @@ pub struct Config {
     /// How the model writes its actions: `auto` (native tool calls where the model
     /// supports them, else text), `native` or `text`. `--tool-format` overrides it.
     pub tool_format: ToolFormat,
+    /// MCP servers (`[mcp_servers.NAME]`); the project's `.mcp.json` adds to them.
+    pub mcp_servers: std::collections::BTreeMap<String, crate::mcp::McpServerConfig>,
 }
 
 /// Stop conditions of an episode.

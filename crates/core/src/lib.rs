@@ -12,5 +12,6 @@ pub mod config;
 pub mod episode;
 pub mod hooks;
 pub mod llm;
+pub mod mcp;
 pub mod models;
 pub mod tools;

@@ -400,6 +400,13 @@ impl Sandbox {
         Ok(true)
     }
 
+    /// The container's address on its network (`None` without a network).
+    pub async fn ip_address(&self) -> Option<String> {
+        let info = self.docker().inspect_container(&self.id, None).await.ok()?;
+        let networks = info.network_settings?.networks?;
+        networks.values().filter_map(|n| n.ip_address.clone()).find(|ip| !ip.is_empty())
+    }
+
     /// How many processes run in the container now (from the engine's statistics).
     pub async fn process_count(&self) -> Option<u64> {
         use futures_util::StreamExt;

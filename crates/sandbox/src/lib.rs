@@ -16,6 +16,7 @@ mod port;
 mod prune;
 mod shell;
 mod standin;
+mod stdio;
 mod volume;
 
 pub use build::{
@@ -39,4 +40,5 @@ pub use port::{PublishedPort, PUBLISH_ADDRESS};
 pub use prune::{owner_label, prune, remove_own_settled, remove_run, remove_run_settled, PruneScope, Removed};
 pub use shell::{shell_quote, CommandResult, Shell};
 pub use standin::{build_standins, standin_for, Standin, TRIXIE_BASE_IMAGE};
+pub use stdio::{ExecReader, ExecStdio, ExecWriter, StderrTail};
 pub use volume::Volume;

@@ -40,6 +40,8 @@ pub enum Effect {
     Restart { model: Option<String>, keep_conversation: bool },
     /// Show the saved sessions.
     ListSessions,
+    /// Show the MCP servers' state and tools.
+    ShowMcp,
     /// Load a saved session into a fresh context.
     Resume { id: String },
     /// Leave the UI.

@@ -70,6 +70,7 @@ pub fn run_slash(app: &mut App, line: &str) -> Vec<Effect> {
             app.info(format!("approval mode: {}", mode_name(mode)));
             effects
         }
+        "mcp" => vec![Effect::ShowMcp],
         "resume" => match arg {
             None => vec![Effect::ListSessions],
             Some(id) => vec![Effect::Resume { id: id.to_string() }],

@@ -13,6 +13,7 @@ pub mod custom_commands;
 mod diff;
 mod highlight;
 mod markdown;
+mod mcp_view;
 pub mod perf;
 mod plan;
 pub mod popup;

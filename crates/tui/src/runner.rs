@@ -13,6 +13,7 @@ use tokio_util::sync::CancellationToken;
 
 use agent_core::episode::{spawn_session, SessionConfig, SessionHandle, ToolExecutor};
 use agent_core::llm::{resolve_model, ChatMessage, ModelBackend, ModelSpec, ResolveOptions};
+use agent_core::mcp::McpHub;
 use agent_core::tools::ToolFormat;
 use agent_core::tools::ToolSpecs;
 use agent_protocol::{Event, Op};
@@ -48,6 +49,11 @@ pub struct TuiContext {
     pub tool_format: ToolFormat,
     /// The system prompt for the native format (`session.system_prompt` is the text one).
     pub native_prompt: String,
+    /// The episode's MCP servers (for `/mcp`).
+    pub mcp: Option<Arc<McpHub>>,
+    /// What happened while the sandbox started (images mapped, MCP servers that failed),
+    /// shown first.
+    pub notices: Vec<String>,
 }
 
 /// News of a running `!cmd`.
@@ -270,6 +276,10 @@ impl Runner {
                     self.restart(model, keep_conversation, String::new(), guard).await?
                 }
                 Effect::ListSessions => self.list_sessions(),
+                Effect::ShowMcp => {
+                    let status = self.ctx.mcp.as_ref().map(|m| m.status()).unwrap_or_default();
+                    self.app.info(super::mcp_view::describe(&status));
+                }
                 Effect::Resume { id } => self.resume(&id, guard).await?,
                 Effect::Quit => return Ok(true),
             }
@@ -342,6 +352,9 @@ pub async fn run(mut ctx: TuiContext, executor: ToolExecutor) -> Result<Option<i
     let (shell_tx, mut shell_rx) = unbounded_channel();
     let session_id = uuid::Uuid::new_v4().simple().to_string()[..12].to_string();
     let mut app = App::new(ctx.app.clone());
+    for notice in std::mem::take(&mut ctx.notices) {
+        app.info(notice);
+    }
     let mut writer = None;
     if let Some(dir) = &ctx.sessions_dir {
         match SessionWriter::create(dir, &session_id, &ctx.app.workspace, &ctx.model.name()) {

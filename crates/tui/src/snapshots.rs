@@ -270,3 +270,29 @@ fn approval_asked_by_a_hook() {
     assert!(t.contains("allow bash? (pushes need a human)") && t.contains("run `git push origin main`"), "{t}");
     assert_snapshot!("approval_asked_by_a_hook", b);
 }
+
+#[test]
+fn mcp_servers_listed() {
+    use agent_core::mcp::McpServerStatus;
+    let mut a = app(ApprovalMode::Ask);
+    let servers = vec![
+        McpServerStatus {
+            name: "time".into(),
+            transport: "stdio: /opt/mcp/bin/mcp-server-time --local-timezone UTC".into(),
+            state: "running".into(),
+            tools: vec!["time__get_current_time".into(), "time__convert_time".into()],
+        },
+        McpServerStatus {
+            name: "broken".into(),
+            transport: "stdio: /opt/mcp/bin/missing".into(),
+            state: "failed to start: it exited with code 127 (exec: no such file)".into(),
+            tools: Vec::new(),
+        },
+    ];
+    a.info(super::mcp_view::describe(&servers));
+    let b = screen(&mut a, 80, 14);
+    let t = text_of(&b);
+    assert!(t.contains("MCP servers (2):") && t.contains("2 tools: time__get_current_time"), "{t}");
+    assert!(t.contains("broken · stdio: /opt/mcp/bin/missing · failed to start"), "{t}");
+    assert_snapshot!("mcp_servers_listed", b);
+}

@@ -5,6 +5,7 @@
 //! directory), the executor and the session settings. Whatever the builder starts it
 //! removes again when a later step fails.
 
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
@@ -12,6 +13,7 @@ use std::time::Duration;
 use crate::config::{Config, EpisodeLimits};
 use crate::hooks::Hooks;
 use crate::llm::ModelBackend;
+use crate::mcp::{McpHub, McpServerConfig};
 use crate::tools::{SpecError, ToolFormat, ToolSpecs};
 use agent_protocol::{ApprovalMode, EndReason};
 use agent_sandbox::{Engine, Sandbox, SandboxError, Shell};
@@ -85,6 +87,9 @@ pub struct EpisodeRequest {
     /// The user's hooks (`agent run` and the UI load the settings files; bench only
     /// with `--hooks`).
     pub hooks: Hooks,
+    /// MCP servers to start for the episode (the config's, plus `.mcp.json` where the
+    /// front end has a project).
+    pub mcp_servers: BTreeMap<String, McpServerConfig>,
 }
 
 impl EpisodeRequest {
@@ -99,6 +104,7 @@ impl EpisodeRequest {
             limits: config.episode.clone(),
             trajectory: None,
             hooks: Hooks::default(),
+            mcp_servers: config.mcp_servers.clone(),
         }
     }
 }
@@ -130,6 +136,8 @@ pub struct Episode {
     pub executor: ToolExecutor,
     pub specs: ToolSpecs,
     pub prompt: PromptParts,
+    /// The MCP servers started for the episode (for `/mcp`); `None` without any.
+    pub mcp: Option<Arc<McpHub>>,
 }
 
 /// Builds an episode for `model`: the container, its shell, the prompt, the executor and
@@ -142,7 +150,7 @@ pub async fn build_episode(
     on_notice: &mut (dyn FnMut(String) + Send),
 ) -> Result<Episode, EpisodeError> {
     // What can fail without a container is checked before one exists.
-    let specs = ToolSpecs::builtin()?;
+    let mut specs = ToolSpecs::builtin()?;
     let tool_format =
         config.tool_format.resolve(&model.name(), model.native_tools()).map_err(EpisodeError::ToolFormat)?;
     let (sandbox, owned) = match request.container {
@@ -159,6 +167,17 @@ pub async fn build_episode(
             }
             return Err(e.into());
         }
+    };
+    let mcp = if request.mcp_servers.is_empty() {
+        None
+    } else {
+        let timeout = Duration::from_secs(config.sandbox.command_timeout_secs);
+        let hub = McpHub::start(&sandbox, &request.mcp_servers, timeout).await;
+        for notice in hub.take_notices() {
+            on_notice(notice);
+        }
+        specs = with_mcp_tools(specs, &hub, on_notice);
+        Some(Arc::new(hub))
     };
     let prompt = PromptParts {
         template: config.system_prompt.clone().unwrap_or_else(|| SYSTEM_TEMPLATE.to_string()),
@@ -180,12 +199,27 @@ pub async fn build_episode(
         history: Vec::new(),
         hooks: request.hooks,
     };
-    let executor = ToolExecutor::new(
+    let mut executor = ToolExecutor::new(
         shell,
         Duration::from_secs(config.sandbox.command_timeout_secs),
         config.sandbox.max_output_bytes,
     );
-    Ok(Episode { sandbox, owned, session, executor, specs, prompt })
+    executor.set_mcp(mcp.clone());
+    Ok(Episode { sandbox, owned, session, executor, specs, prompt, mcp })
+}
+
+/// The built-in tools and the MCP servers' tools; a tool whose name is taken is left
+/// out and named.
+fn with_mcp_tools(builtin: ToolSpecs, hub: &McpHub, on_notice: &mut (dyn FnMut(String) + Send)) -> ToolSpecs {
+    let mut all: Vec<_> = builtin.iter().cloned().collect();
+    for spec in hub.specs() {
+        if all.iter().any(|s| s.name == spec.name) {
+            on_notice(format!("the MCP tool `{}` is left out: another tool has that name", spec.name));
+            continue;
+        }
+        all.push(spec);
+    }
+    ToolSpecs::from_specs(all).unwrap_or(builtin)
 }
 
 /// Starts the container of an [`ImageContainer`] with the config's limits.

@@ -1,10 +1,12 @@
 //! Runs parsed actions against the sandbox and renders observations.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::{Map, Value};
 use tokio_util::sync::CancellationToken;
 
+use crate::mcp::McpHub;
 use crate::tools::Action;
 use agent_sandbox::{resolve_path, sanitize, FileData, FileKind, OutputCollector, SandboxError, Shell};
 
@@ -58,6 +60,8 @@ pub struct ToolExecutor {
     todos: TodoList,
     scratchpad: String,
     background_jobs: u32,
+    /// The MCP servers whose tools the model may call.
+    mcp: Option<Arc<McpHub>>,
 }
 
 fn str_arg<'a>(args: &'a Map<String, Value>, key: &str) -> Option<&'a str> {
@@ -82,7 +86,18 @@ impl ToolExecutor {
             todos: TodoList::default(),
             scratchpad: String::new(),
             background_jobs: 0,
+            mcp: None,
         }
+    }
+
+    /// Hands the MCP servers' tools to this executor.
+    pub fn set_mcp(&mut self, mcp: Option<Arc<McpHub>>) {
+        self.mcp = mcp;
+    }
+
+    /// The MCP servers, if any.
+    pub fn mcp(&self) -> Option<&Arc<McpHub>> {
+        self.mcp.as_ref()
     }
 
     /// The shell (for its sandbox and working directory).
@@ -125,7 +140,20 @@ impl ToolExecutor {
                 out.finish = Some(message);
                 Ok(out)
             }
-            other => Ok(ToolOutcome::err(other, format!("unknown tool `{other}`"))),
+            other => match &self.mcp {
+                Some(mcp) if mcp.owns(other) => {
+                    let (text, failed) = tokio::select! {
+                        r = mcp.call(other, args) => r,
+                        _ = cancel.cancelled() => ("the call was interrupted by the user".to_string(), true),
+                    };
+                    let mut out = ToolOutcome::with_code(other, &text, i64::from(failed));
+                    if failed {
+                        out.observation = wrap(other, &format!("error: {text}"));
+                    }
+                    Ok(out)
+                }
+                _ => Ok(ToolOutcome::err(other, format!("unknown tool `{other}`"))),
+            },
         };
         if matches!(action.tool.as_str(), "bash" | "file") {
             // A clone: a borrow of the shell (not `Sync`) may not live across the await.

@@ -55,10 +55,12 @@ impl Session {
             self.end_call(&record, started);
             return Ok((record, None));
         }
-        let plan_asks = self.cfg.approval == ApprovalMode::Plan && action.tool == "bash";
+        let is_mcp = self.executor.mcp().is_some_and(|m| m.owns(&action.tool));
+        let plan_asks = self.cfg.approval == ApprovalMode::Plan && (action.tool == "bash" || is_mcp);
         let ask = plan_asks || hook_approval.unwrap_or_else(|| self.needs_approval(action));
         if ask {
-            let reason = if plan_asks { Some("plan mode: every command asks".to_string()) } else { hook_reason };
+            let reason =
+                if plan_asks { Some("plan mode: every command and MCP tool asks".to_string()) } else { hook_reason };
             self.emit(Event::ApprovalRequest { call_id: call_id.into(), tool: action.tool.clone(), args, reason });
             match self.wait_approval(call_id).await {
                 Some(ApprovalDecision::Approve) => {}
@@ -91,6 +93,7 @@ impl Session {
         record.observation = outcome.observation;
         record.exit_code = outcome.exit_code;
         record.timed_out = outcome.timed_out;
+        self.report_mcp().await;
         if let Some(feedback) = self.post_tool_hooks(action, &record.observation, record.exit_code).await {
             record.observation.push_str(&format!("\n<post_tool_hook>\n{feedback}\n</post_tool_hook>"));
         }
@@ -114,10 +117,12 @@ impl Session {
             return false;
         }
         let writes_files = plan::changes_files(action);
+        // An MCP tool may do anything its server does: it asks wherever bash asks.
+        let is_mcp = self.executor.mcp().is_some_and(|m| m.owns(&action.tool));
         match self.cfg.approval {
             ApprovalMode::Auto => false,
-            ApprovalMode::AutoEdit => action.tool == "bash",
-            ApprovalMode::Ask | ApprovalMode::Plan => action.tool == "bash" || writes_files,
+            ApprovalMode::AutoEdit => action.tool == "bash" || is_mcp,
+            ApprovalMode::Ask | ApprovalMode::Plan => action.tool == "bash" || is_mcp || writes_files,
         }
     }
 
@@ -137,6 +142,15 @@ impl Session {
                 }
                 Some(other) => self.queued.push_back(other),
             }
+        }
+    }
+
+    /// Tells the user about MCP servers that failed or stopped since the last look.
+    pub(super) async fn report_mcp(&mut self) {
+        let Some(mcp) = self.executor.mcp().cloned() else { return };
+        mcp.check().await;
+        for message in mcp.take_notices() {
+            self.emit(Event::Notice { message });
         }
     }
 }

@@ -386,6 +386,7 @@ impl Session {
             self.turns += 1;
             let turn = self.turns;
             self.emit(Event::TurnStarted { turn });
+            self.report_mcp().await;
             self.flags = Flags { ops_closed: self.flags.ops_closed, ..Flags::default() };
             let request = self.request();
             let cancel = CancellationToken::new();
