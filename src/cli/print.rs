@@ -79,7 +79,7 @@ impl Printer {
             }
             Event::Interrupted => "  ■ interrupted".into(),
             // The plan is the assistant message just printed.
-            Event::TaskComplete | Event::PlanProposed { .. } => return,
+            Event::TaskComplete | Event::PlanProposed { .. } | Event::TaskStarted { .. } => return,
             Event::Notice { message } => format!("● {message}"),
             Event::Error { message, fatal } => format!("{} {message}", if *fatal { "✗ error:" } else { "! warning:" }),
             Event::EpisodeEnd { reason, turns, usage, finish_message } => {

@@ -375,3 +375,81 @@ fn tui_answers_hands_files_back_streams_shell_commands_and_keeps_the_conversatio
     assert!(after > before, "the new model got the conversation: {after} prompt tokens, {before} before");
     quit_and_check(&tmux, &cid);
 }
+
+/// Approves every call asked about until `text` shows.
+fn approve_until(tmux: &Tmux, text: &str) -> String {
+    let start = Instant::now();
+    loop {
+        let s = tmux.screen();
+        if s.contains(text) {
+            return s;
+        }
+        if s.contains("allow file?") || s.contains("allow bash?") {
+            tmux.keys(&["y"]);
+            std::thread::sleep(Duration::from_millis(500));
+            continue;
+        }
+        assert!(start.elapsed() < Duration::from_secs(90), "timed out waiting for `{text}`:\n{s}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+/// Two turns change files; `Esc Esc` rewinds code and conversation to before the second
+/// (files byte for byte, the transcript without the second turn); `/rewind` undoes it.
+#[test]
+fn tui_rewinds_files_and_conversation_and_the_rewind_is_undone() {
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(support::docker());
+    let dir = tempfile::tempdir().unwrap();
+    let script = support::script(
+        &dir,
+        "rewind.yaml",
+        r#"
+- "<file>\naction: write\npath: /workspace/notes.txt\ncontent: \"one\\n\"\n</file>"
+- Wrote the first version.
+- "<file>\naction: write\npath: /workspace/notes.txt\ncontent: \"two\\n\"\n</file>"
+- "<file>\naction: write\npath: /workspace/extra.txt\ncontent: created\n</file>"
+- "<bash>\ncmd: rm /workspace/marker.txt && echo removed\n</bash>"
+- Changed everything.
+"#,
+    );
+    let (tmux, cid) = open_ui(&dir, &format!("scripted:{}", script.display()), "");
+    let work = dir.path().join("work");
+    let read = |name: &str| std::fs::read(work.join(name)).ok();
+    tmux.type_text("first version");
+    tmux.keys(&["Enter"]);
+    approve_until(&tmux, "Wrote the first version.");
+    assert_eq!(read("notes.txt").as_deref(), Some(&b"one\n"[..]));
+    tmux.type_text("second version");
+    tmux.keys(&["Enter"]);
+    approve_until(&tmux, "Changed everything.");
+    assert_eq!(read("notes.txt").as_deref(), Some(&b"two\n"[..]));
+    assert!(read("extra.txt").is_some() && read("marker.txt").is_none());
+
+    // Esc Esc on the empty composer: the checkpoints, newest first.
+    tmux.keys(&["Escape"]);
+    tmux.keys(&["Escape"]);
+    tmux.wait_text("before this message", Duration::from_secs(10));
+    tmux.keys(&["Enter"]);
+    tmux.wait_text("code and conversation", Duration::from_secs(10));
+    tmux.keys(&["Enter"]);
+    let screen = tmux.wait_text("rewound the files and the conversation", Duration::from_secs(30));
+    assert_eq!(read("notes.txt").as_deref(), Some(&b"one\n"[..]), "{screen}");
+    assert_eq!(read("marker.txt").as_deref(), Some(&b"marker-from-the-host\n"[..]));
+    assert!(read("extra.txt").is_none(), "a file created since is left");
+    assert!(screen.contains("Wrote the first version.") && !screen.contains("Changed everything."), "{screen}");
+    assert!(!screen.contains("› second version"), "the second message is still shown:\n{screen}");
+
+    // The rewind is itself a checkpoint: undo it.
+    tmux.type_text("/rewind");
+    tmux.keys(&["Enter"]);
+    tmux.wait_text("undo the rewind", Duration::from_secs(10));
+    tmux.keys(&["Enter"]);
+    tmux.wait_text("code and conversation", Duration::from_secs(10));
+    tmux.keys(&["Enter"]);
+    let screen = tmux.wait_text("Changed everything.", Duration::from_secs(30));
+    assert_eq!(read("notes.txt").as_deref(), Some(&b"two\n"[..]), "{screen}");
+    assert!(read("extra.txt").is_some() && read("marker.txt").is_none());
+    assert!(screen.contains("› second version"), "{screen}");
+    quit_and_check(&tmux, &cid);
+}

@@ -134,6 +134,9 @@ impl TokenUsage {
 pub enum Event {
     /// The session is ready: sandbox up, model resolved.
     SessionConfigured { run_id: String, model: String, image: String, container: String },
+    /// The work on a user message begins; the conversation held `history_len` messages
+    /// before it (a front end's checkpoint can rewind the conversation to there).
+    TaskStarted { history_len: u64 },
     /// A model turn begins.
     TurnStarted { turn: u32 },
     /// A piece of streamed assistant text.

@@ -42,6 +42,8 @@ pub enum Effect {
     ListSessions,
     /// Show the MCP servers' state and tools.
     ShowMcp,
+    /// Go back to checkpoint `index`.
+    Rewind { index: usize, mode: super::rewind::RewindMode },
     /// Load a saved session into a fresh context.
     Resume { id: String },
     /// Leave the UI.
@@ -106,6 +108,10 @@ pub struct App {
     pub plan_return: ApprovalMode,
     /// A plan waiting for the user's yes or no.
     pub pending_plan: Option<String>,
+    /// Points `/rewind` can go back to, oldest first.
+    pub checkpoints: Vec<super::rewind::Checkpoint>,
+    /// When `Esc` was last pressed on an empty composer (for `Esc Esc`).
+    pub(super) last_esc: Option<Instant>,
     pub status: Status,
     /// A transient line under the composer ("press Ctrl+C again to quit").
     pub hint: Option<String>,
@@ -149,6 +155,8 @@ impl App {
             mode: cfg.approval,
             plan_return: if cfg.approval == ApprovalMode::Plan { ApprovalMode::Ask } else { cfg.approval },
             pending_plan: None,
+            checkpoints: Vec::new(),
+            last_esc: None,
             status: Status {
                 model: cfg.model,
                 container: ContainerState::Starting,
@@ -226,15 +234,19 @@ impl App {
         let mut effects = Vec::new();
         match key.code {
             KeyCode::Esc => {
-                if self.popup.take().is_none() {
-                    if self.shell_running() {
-                        effects.push(Effect::CancelShells);
-                        self.hint = Some(INTERRUPTING.into());
-                    }
-                    if self.busy {
-                        effects.push(Effect::Op(Op::Interrupt));
-                        self.hint = Some(INTERRUPTING.into());
-                    }
+                if self.popup.take().is_some() {
+                    return effects;
+                }
+                if !self.busy && !self.shell_running() && self.composer.is_empty() {
+                    self.escape_on_empty();
+                }
+                if self.shell_running() {
+                    effects.push(Effect::CancelShells);
+                    self.hint = Some(INTERRUPTING.into());
+                }
+                if self.busy {
+                    effects.push(Effect::Op(Op::Interrupt));
+                    self.hint = Some(INTERRUPTING.into());
                 }
                 return effects;
             }
@@ -259,17 +271,13 @@ impl App {
                             self.composer.set_text(cmd);
                         }
                     } else {
-                        self.accept_popup();
-                        return effects;
+                        return self.accept_popup();
                     }
                 }
                 self.popup = None;
                 return self.submit();
             }
-            KeyCode::Tab if self.popup.is_some() => {
-                self.accept_popup();
-                return effects;
-            }
+            KeyCode::Tab if self.popup.is_some() => return self.accept_popup(),
             KeyCode::Up => match &mut self.popup {
                 Some(p) => p.step(false),
                 None => self.composer.up(),
@@ -347,9 +355,12 @@ impl App {
         vec![Effect::Op(Op::Approval { call_id: pending.call_id, decision })]
     }
 
-    fn accept_popup(&mut self) {
-        let Some(p) = self.popup.take() else { return };
-        let Some(choice) = p.current().map(str::to_string) else { return };
+    fn accept_popup(&mut self) -> Vec<Effect> {
+        let Some(p) = self.popup.take() else { return Vec::new() };
+        if matches!(p.kind, PopupKind::Rewind | PopupKind::RewindMode(_)) {
+            return self.accept_rewind(p);
+        }
+        let Some(choice) = p.current().map(str::to_string) else { return Vec::new() };
         match p.kind {
             PopupKind::Slash => self.composer.set_text(&format!("{choice} ")),
             PopupKind::Files => {
@@ -357,11 +368,17 @@ impl App {
                 let tail = if choice.ends_with('/') { "" } else { " " };
                 self.composer.replace_at_word(&format!("{choice}{tail}"));
             }
+            PopupKind::Rewind | PopupKind::RewindMode(_) => {}
         }
         self.refresh_popup();
+        Vec::new()
     }
 
     fn refresh_popup(&mut self) {
+        // The rewind lists do not follow the composer.
+        if self.popup.as_ref().is_some_and(|p| matches!(p.kind, PopupKind::Rewind | PopupKind::RewindMode(_))) {
+            return;
+        }
         if self.composer.at_word().is_some() {
             self.refresh_files();
         }
@@ -469,6 +486,7 @@ impl App {
                 self.status.model = model;
                 self.status.container = ContainerState::Running(container);
             }
+            Event::TaskStarted { history_len } => self.task_started(history_len),
             Event::TurnStarted { turn } => {
                 self.busy = true;
                 self.busy_since.get_or_insert_with(Instant::now);

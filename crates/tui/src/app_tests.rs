@@ -336,3 +336,35 @@ fn a_hook_that_asks_is_asked_even_in_auto_mode() {
     assert!(a.on_core(req).is_empty());
     assert_eq!(a.approval.as_ref().and_then(|p| p.reason.as_deref()), Some("the PreToolUse hook asks about pushes"));
 }
+
+#[test]
+fn esc_esc_lists_checkpoints_newest_first_and_asks_what_to_restore() {
+    let mut a = app();
+    a.user_turn("first change".into());
+    a.checkpoint_before_last_message(Some("c1".into()));
+    a.on_core(Event::TaskStarted { history_len: 0 });
+    a.on_core(Event::TaskComplete);
+    a.user_turn("second change".into());
+    a.checkpoint_before_last_message(Some("c2".into()));
+    a.on_core(Event::TaskStarted { history_len: 4 });
+    a.on_core(Event::TaskComplete);
+    assert_eq!(a.checkpoints.iter().map(|c| (c.cells, c.history)).collect::<Vec<_>>(), [(1, Some(0)), (2, Some(4))]);
+    // One Esc does nothing; two in a row open the list.
+    a.on_key(key(KeyCode::Esc));
+    assert!(a.popup.is_none());
+    a.on_key(key(KeyCode::Esc));
+    let p = a.popup.clone().unwrap();
+    assert_eq!(p.kind, crate::popup::PopupKind::Rewind);
+    assert_eq!(p.items[0].0, "second change");
+    // The older one, then "conversation only".
+    a.on_key(key(KeyCode::Down));
+    assert!(a.on_key(key(KeyCode::Enter)).is_empty());
+    assert_eq!(a.popup.as_ref().unwrap().kind, crate::popup::PopupKind::RewindMode(0));
+    a.on_key(key(KeyCode::Down));
+    let fx = a.on_key(key(KeyCode::Enter));
+    assert_eq!(fx, vec![Effect::Rewind { index: 0, mode: crate::rewind::RewindMode::Conversation }]);
+    // While the agent works, rewinding waits.
+    a.busy = true;
+    a.open_rewind();
+    assert!(a.popup.is_none() && a.hint.as_deref().unwrap_or_default().contains("Esc interrupts"));
+}

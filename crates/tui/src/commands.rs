@@ -71,6 +71,10 @@ pub fn run_slash(app: &mut App, line: &str) -> Vec<Effect> {
             effects
         }
         "mcp" => vec![Effect::ShowMcp],
+        "rewind" => {
+            app.open_rewind();
+            Vec::new()
+        }
         "resume" => match arg {
             None => vec![Effect::ListSessions],
             Some(id) => vec![Effect::Resume { id: id.to_string() }],

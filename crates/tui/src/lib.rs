@@ -7,6 +7,7 @@
 pub mod app;
 mod attach;
 pub mod cell;
+pub mod checkpoints;
 mod commands;
 pub mod composer;
 pub mod custom_commands;
@@ -18,6 +19,7 @@ pub mod perf;
 mod plan;
 pub mod popup;
 mod reply;
+pub mod rewind;
 pub mod runner;
 mod shell_cmd;
 pub mod store;

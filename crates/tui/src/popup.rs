@@ -20,6 +20,7 @@ pub const SLASH_COMMANDS: &[SlashCommand] = &[
     SlashCommand { name: "approval", help: "show or set the approval mode: ask, auto-edit, auto, plan" },
     SlashCommand { name: "mcp", help: "MCP servers: their state and tools" },
     SlashCommand { name: "resume", help: "list saved sessions, or resume one: /resume ID" },
+    SlashCommand { name: "rewind", help: "go back to before a message: code, conversation or both (Esc Esc)" },
     SlashCommand { name: "todo", help: "show the agent's todo list" },
     SlashCommand { name: "cost", help: "tokens and time spent" },
     SlashCommand { name: "init", help: "write an AGENTS.md for this project" },
@@ -31,6 +32,10 @@ pub const SLASH_COMMANDS: &[SlashCommand] = &[
 pub enum PopupKind {
     Slash,
     Files,
+    /// The checkpoints to rewind to (newest first).
+    Rewind,
+    /// What to restore of the checkpoint with this index.
+    RewindMode(usize),
 }
 
 /// An open completion popup.

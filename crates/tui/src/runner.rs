@@ -20,6 +20,8 @@ use agent_protocol::{Event, Op};
 use agent_sandbox::{sanitize, OutputCollector, Sandbox};
 
 use super::app::{App, AppConfig, ContainerState, Effect};
+use super::checkpoints::CheckpointStore;
+use super::rewind::{clock, Checkpoint, RewindMode, SavedConversation};
 use super::store::{self, Record, SessionWriter};
 use super::terminal::{Input, TerminalGuard};
 use super::view::draw;
@@ -76,6 +78,8 @@ struct Runner {
     shells: HashMap<String, CancellationToken>,
     /// The conversation of the last session, which the next one continues.
     history: Vec<ChatMessage>,
+    /// The workspace's files at each checkpoint (`None`: checkpoints are off).
+    checkpoints: Option<CheckpointStore>,
 }
 
 /// Replays saved records into the UI (the transcript of a resumed session).
@@ -254,6 +258,9 @@ impl Runner {
                             panic!("panic requested through AGENT_TUI_TEST_PANIC");
                         }
                         self.record(&Record::User { text: text.clone() });
+                        let label = self.app.last_message_label();
+                        let commit = self.snapshot(label).await;
+                        self.app.checkpoint_before_last_message(commit);
                         if self.core.is_none() {
                             // The last session ended (an error or a limit): a new one
                             // continues the conversation.
@@ -281,10 +288,92 @@ impl Runner {
                     self.app.info(super::mcp_view::describe(&status));
                 }
                 Effect::Resume { id } => self.resume(&id, guard).await?,
+                Effect::Rewind { index, mode } => self.rewind(index, mode, guard).await?,
                 Effect::Quit => return Ok(true),
             }
         }
         Ok(false)
+    }
+
+    /// Records the workspace's files; `None` (and a note) when that failed.
+    async fn snapshot(&mut self, label: String) -> Option<String> {
+        let store = self.checkpoints.clone()?;
+        match tokio::task::spawn_blocking(move || store.snapshot(&label)).await {
+            Ok(Ok(id)) => Some(id),
+            Ok(Err(e)) => {
+                self.app.error(format!("the files could not be checkpointed: {e}"));
+                None
+            }
+            Err(e) => {
+                self.app.error(format!("the files could not be checkpointed: {e}"));
+                None
+            }
+        }
+    }
+
+    /// Goes back to checkpoint `index`, first checkpointing what is here now so that
+    /// the rewind can be undone.
+    async fn rewind(&mut self, index: usize, mode: RewindMode, guard: &mut TerminalGuard) -> Result<(), TuiError> {
+        let Some(target) = self.app.checkpoints.get(index).cloned() else { return Ok(()) };
+        if self.app.busy {
+            self.app.error("the agent is working: interrupt it (Esc) before rewinding");
+            return Ok(());
+        }
+        self.app.status.container = ContainerState::Restarting;
+        self.redraw(guard)?;
+        let executor = self.stop_session().await;
+        let now = SavedConversation { cells: self.app.transcript.snapshot(), messages: self.history.clone() };
+        let undo_files = self.snapshot(format!("before the rewind to {}", target.label)).await;
+        let mut done = Vec::new();
+        if mode.code() {
+            match (&self.checkpoints, &target.commit) {
+                (Some(store), Some(id)) => {
+                    let (store, id) = (store.clone(), id.clone());
+                    match tokio::task::spawn_blocking(move || store.restore(&id)).await {
+                        Ok(Ok(())) => done.push("the files"),
+                        Ok(Err(e)) => self.app.error(format!("the files could not be restored: {e}")),
+                        Err(e) => self.app.error(format!("the files could not be restored: {e}")),
+                    }
+                }
+                _ => self.app.error("this checkpoint has no copy of the files"),
+            }
+        }
+        if mode.conversation() {
+            match &target.saved {
+                Some(saved) => {
+                    self.app.transcript.replace(saved.cells.clone());
+                    self.history = saved.messages.clone();
+                }
+                None => {
+                    self.app.transcript.truncate(target.cells);
+                    if let Some(n) = target.history {
+                        self.history.truncate(n);
+                    }
+                }
+            }
+            done.push("the conversation");
+        }
+        self.app.checkpoints.push(Checkpoint {
+            label: format!("undo the rewind to “{}”", target.label),
+            commit: undo_files,
+            cells: now.cells.len(),
+            history: Some(now.messages.len()),
+            saved: Some(now),
+            at: clock(),
+        });
+        match executor {
+            Some(executor) => self.start_session(executor, ""),
+            None => self.app.error("the session did not stop; restart the UI to get a fresh one"),
+        }
+        self.app.status.container = ContainerState::Running(self.ctx.sandbox.name().to_string());
+        if !done.is_empty() {
+            self.app.info(format!(
+                "rewound {} to before “{}”; /rewind (or Esc Esc) can undo it",
+                done.join(" and "),
+                target.label
+            ));
+        }
+        Ok(())
     }
 
     fn list_sessions(&mut self) {
@@ -372,7 +461,15 @@ pub async fn run(mut ctx: TuiContext, executor: ToolExecutor) -> Result<Option<i
         shell_tx,
         shells: HashMap::new(),
         history: Vec::new(),
+        checkpoints: None,
     };
+    match store::checkpoints_dir(&session_id) {
+        Some(dir) => match CheckpointStore::open(&dir, std::path::Path::new(&runner.ctx.app.workspace)) {
+            Ok(s) => runner.checkpoints = Some(s),
+            Err(e) => runner.app.info(format!("checkpoints are off: {e}")),
+        },
+        None => runner.app.info("checkpoints are off: there is no user data directory"),
+    }
     let mut extra = String::new();
     if let Some((id, records)) = &resume {
         replay(&mut runner.app, records);

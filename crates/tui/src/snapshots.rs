@@ -296,3 +296,25 @@ fn mcp_servers_listed() {
     assert!(t.contains("broken · stdio: /opt/mcp/bin/missing · failed to start"), "{t}");
     assert_snapshot!("mcp_servers_listed", b);
 }
+
+#[test]
+fn rewind_popup() {
+    let mut a = app(ApprovalMode::Auto);
+    for (i, msg) in ["write hello.txt with a greeting", "now translate it to French"].iter().enumerate() {
+        a.user_turn(msg.to_string());
+        a.checkpoint_before_last_message(Some(format!("c{i}")));
+        a.on_core(Event::TaskComplete);
+    }
+    // A fixed clock keeps the snapshot stable.
+    for c in &mut a.checkpoints {
+        c.at = "12:00".into();
+    }
+    a.open_rewind();
+    let b = screen(&mut a, 80, 16);
+    let t = text_of(&b);
+    assert!(t.contains("now translate it to French") && t.contains("before this message"), "{t}");
+    assert_snapshot!("rewind_popup", b);
+    a.on_key(KeyEvent::new(KeyCode::Enter, KeyModifiers::NONE));
+    let t = text_of(&screen(&mut a, 80, 16));
+    assert!(t.contains("code and conversation") && t.contains("conversation only") && t.contains("code only"), "{t}");
+}

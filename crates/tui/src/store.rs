@@ -54,6 +54,11 @@ pub fn sessions_dir() -> Result<PathBuf, StoreError> {
     dirs::data_dir().map(|d| d.join("agent").join("sessions")).ok_or(StoreError::NoDataDir)
 }
 
+/// Where the checkpoints of session `id` are kept (a shadow git repository).
+pub fn checkpoints_dir(id: &str) -> Option<PathBuf> {
+    dirs::data_dir().map(|d| d.join("agent").join("checkpoints").join(id))
+}
+
 /// Whether an event is worth keeping (deltas and live output are rebuilt from the
 /// final message and observation).
 pub fn keep(event: &Event) -> bool {
@@ -69,6 +74,7 @@ pub fn keep(event: &Event) -> bool {
             | Event::TaskComplete
             // A resumed session does not ask about an old plan again.
             | Event::PlanProposed { .. }
+            | Event::TaskStarted { .. }
     )
 }
 

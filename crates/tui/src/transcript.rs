@@ -38,6 +38,23 @@ impl Transcript {
         self.scroll = 0;
     }
 
+    /// A copy of every cell (a checkpoint of the conversation as shown).
+    pub fn snapshot(&self) -> Vec<CellKind> {
+        self.entries.iter().map(|e| e.cell.clone()).collect()
+    }
+
+    /// Replaces every cell.
+    pub fn replace(&mut self, cells: Vec<CellKind>) {
+        self.entries = cells.into_iter().map(|cell| Entry { cell, cache: None }).collect();
+        self.scroll = 0;
+    }
+
+    /// Keeps the first `n` cells.
+    pub fn truncate(&mut self, n: usize) {
+        self.entries.truncate(n);
+        self.scroll = 0;
+    }
+
     /// How many cells there are.
     pub fn len(&self) -> usize {
         self.entries.len()

@@ -333,6 +333,7 @@ impl Session {
     async fn run_task(&mut self, text: String) -> TaskEnd {
         // What stopped the last task is no reason to stop this one.
         self.flags = Flags { ops_closed: self.flags.ops_closed, ..Flags::default() };
+        self.emit(Event::TaskStarted { history_len: self.messages.len() as u64 });
         self.apply_queued_modes();
         let text = match self.prompt_hooks(text).await {
             Ok(text) => text,
