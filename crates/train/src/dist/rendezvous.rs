@@ -273,6 +273,9 @@ mod tests {
                     let mut v = [r as f64, 1.0];
                     all_reduce_host_f64(&w, &mut v).unwrap();
                     let gathered = w.all_gather_bytes(&[r as u8; 2]).unwrap();
+                    // A rank that leaves without the goodbye ends the run for the others
+                    // (which may still be gathering).
+                    w.finish().unwrap();
                     (v, gathered)
                 })
             })

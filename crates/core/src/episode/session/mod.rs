@@ -584,7 +584,11 @@ impl Session {
                 temperature: self.cfg.limits.temperature,
                 ..Default::default()
             },
-            tools: self.tools.clone(),
+            tools: if self.cfg.approval == ApprovalMode::Plan {
+                plan::plan_tools(&self.tools)
+            } else {
+                self.tools.clone()
+            },
         }
     }
 }

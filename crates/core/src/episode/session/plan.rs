@@ -1,9 +1,13 @@
 //! Plan mode (as Claude Code has it): the agent researches without changing files, every
 //! bash command asks the user, and the turn's answer is a plan the user accepts or
-//! rejects. The tool list stays the same so that the prompt's cached prefix survives a
-//! switch; the mode is enforced here, call by call.
+//! rejects. Natively called tools are offered read-only (the file tool can only read);
+//! the text format's tool list lives in the system prompt and stays, so its cached
+//! prefix survives a switch. Either way the mode is enforced here, call by call.
+
+use serde_json::json;
 
 use super::Session;
+use crate::llm::ToolDefinition;
 use crate::tools::Action;
 use agent_protocol::{ApprovalMode, Event, Op};
 
@@ -60,8 +64,43 @@ impl Session {
     }
 }
 
+/// The tools offered natively in plan mode: the file tool reads only; bash (which asks)
+/// and the rest stay.
+pub(super) fn plan_tools(tools: &[ToolDefinition]) -> Vec<ToolDefinition> {
+    tools
+        .iter()
+        .cloned()
+        .map(|mut t| {
+            if t.name == "file" {
+                if let Some(action) = t.parameters.pointer_mut("/properties/action") {
+                    action["enum"] = json!(["read", "metadata"]);
+                }
+                t.description.push_str(" In plan mode files are only read: `read` and `metadata`.");
+            }
+            t
+        })
+        .collect()
+}
+
 /// Whether a call writes files by itself (bash is asked about instead).
 pub(super) fn changes_files(action: &Action) -> bool {
     action.tool == "file"
         && matches!(action.args.get("action").and_then(|v| v.as_str()), Some("write" | "edit" | "multi_edit"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::tools::ToolSpecs;
+
+    #[test]
+    fn plan_mode_offers_the_file_tool_read_only() {
+        let tools = ToolSpecs::builtin().unwrap().definitions();
+        let plan = plan_tools(&tools);
+        let file = plan.iter().find(|t| t.name == "file").unwrap();
+        assert_eq!(file.parameters["properties"]["action"]["enum"], json!(["read", "metadata"]));
+        let before = tools.iter().find(|t| t.name == "file").unwrap();
+        assert!(before.parameters["properties"]["action"]["enum"].as_array().unwrap().len() > 2);
+        assert_eq!(plan.len(), tools.len());
+    }
 }
