@@ -95,7 +95,7 @@ pub async fn launch(args: &LaunchArgs, nproc: usize, out: &Path, docker: &agent_
     }
     let code = supervise(&mut workers, &mut signals).await;
     // Every worker is gone: whatever containers they owned are orphans now.
-    super::bench::sweep_orphans(docker).await;
+    sweep_until_settled(docker).await;
     if code != 0 {
         for w in &workers {
             if let Some(why) = w.describe_failure() {
@@ -261,6 +261,26 @@ fn at_least_one(s: &str) -> Result<usize, String> {
 fn free_port() -> anyhow::Result<u16> {
     let l = std::net::TcpListener::bind("127.0.0.1:0").context("finding a free port for the rendezvous")?;
     Ok(l.local_addr()?.port())
+}
+
+/// Removes the workers' orphaned containers, networks and volumes. A worker killed while
+/// it asked the engine for a container can see that container created after its death,
+/// so the sweep goes on until three passes in a row (1.5 s) find nothing.
+async fn sweep_until_settled(docker: &agent_sandbox::Engine) {
+    let mut removed = 0;
+    let mut quiet = 0;
+    for _ in 0..20 {
+        let found = agent_sandbox::prune(docker, agent_sandbox::PruneScope::Orphaned).await.map_or(0, |r| r.len());
+        removed += found;
+        quiet = if found == 0 { quiet + 1 } else { 0 };
+        if quiet >= 3 {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    }
+    if removed > 0 {
+        eprintln!("● removed {removed} container(s), network(s) and volume(s) the workers left");
+    }
 }
 
 #[cfg(test)]
