@@ -13,7 +13,7 @@ use agent_core::llm::ScriptedBackend;
 use agent_protocol::{ApprovalDecision, ApprovalMode, EndReason, Event, Op};
 
 use crate::episode_loop::{start_custom, Harness};
-use crate::support;
+use crate::support::{self, notices, observations};
 
 fn hooks(dir: &Path, settings: Value) -> Hooks {
     let mut s = HookSettings::default();
@@ -26,26 +26,6 @@ async fn session(script: &str, edit: impl FnOnce(&mut agent_core::episode::Sessi
     let model = Arc::new(ScriptedBackend::from_file(support::script(&dir, "s.yaml", script)).unwrap());
     let path = dir.path().to_path_buf();
     start_custom(dir, model, |cfg| edit(cfg, &path)).await
-}
-
-fn observations(events: &[Event]) -> Vec<String> {
-    events
-        .iter()
-        .filter_map(|e| match e {
-            Event::ToolCallEnd { observation, .. } => Some(observation.clone()),
-            _ => None,
-        })
-        .collect()
-}
-
-fn notices(events: &[Event]) -> Vec<String> {
-    events
-        .iter()
-        .filter_map(|e| match e {
-            Event::Notice { message } => Some(message.clone()),
-            _ => None,
-        })
-        .collect()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

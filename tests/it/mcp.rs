@@ -19,7 +19,7 @@ use agent_core::mcp::{McpHub, McpServerConfig};
 use agent_protocol::{EndReason, Event, Op};
 use agent_sandbox::{ContainerConfig, Sandbox};
 
-use crate::support::{self, TestSandbox};
+use crate::support::{self, observations, TestSandbox};
 
 /// The test image: the base image with `mcp-server-time` in `/opt/mcp`.
 const MCP_IMAGE: &str = "agent-it-mcp:1";
@@ -84,16 +84,6 @@ fn stdio(command: &str, args: &[&str]) -> McpServerConfig {
     }
 }
 
-fn observations(events: &[Event]) -> Vec<String> {
-    events
-        .iter()
-        .filter_map(|e| match e {
-            Event::ToolCallEnd { observation, .. } => Some(observation.clone()),
-            _ => None,
-        })
-        .collect()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stdio_server_runs_in_the_sandbox_and_a_crashed_one_is_reported() {
     let engine = mcp_image().await;
@@ -118,10 +108,11 @@ async fn a_stdio_server_runs_in_the_sandbox_and_a_crashed_one_is_reported() {
     image.network = false;
     let mut request = EpisodeRequest::headless(&config, ContainerSource::Image(image), "it-mcp", "it-mcp-1");
     request.mcp_servers = config.mcp_servers.clone();
-    let mut notices = Vec::new();
-    let episode = build_episode(&engine, &config, model.as_ref(), request, &mut |n| notices.push(n)).await.unwrap();
+    let mut start_notices = Vec::new();
+    let episode =
+        build_episode(&engine, &config, model.as_ref(), request, &mut |n| start_notices.push(n)).await.unwrap();
     // The server that cannot start is named; the other one's tools are offered.
-    assert!(notices.iter().any(|n| n.contains("MCP server `missing` failed to start")), "{notices:?}");
+    assert!(start_notices.iter().any(|n| n.contains("MCP server `missing` failed to start")), "{start_notices:?}");
     let status = episode.mcp.as_ref().unwrap().status();
     let time = status.iter().find(|s| s.name == "time").unwrap();
     assert_eq!(time.state, "running");
@@ -144,13 +135,7 @@ async fn a_stdio_server_runs_in_the_sandbox_and_a_crashed_one_is_reported() {
     // The next turn noticed the stop before the call: the call says why it cannot run.
     assert!(obs[3].contains("error: the MCP server `time`") && obs[3].contains("exited with code"), "{}", obs[3]);
     assert!(obs[4].contains("still-working"), "{}", obs[4]);
-    let said: Vec<&str> = events
-        .iter()
-        .filter_map(|e| match e {
-            Event::Notice { message } => Some(message.as_str()),
-            _ => None,
-        })
-        .collect();
+    let said = support::notices(&events);
     assert!(said.iter().any(|m| m.contains("MCP server `time` stopped")), "{said:?}");
     assert!(matches!(events.last(), Some(Event::EpisodeEnd { reason: EndReason::Finished, .. })));
 }

@@ -235,3 +235,25 @@ pub fn copy_tree(from: &std::path::Path, to: &std::path::Path) {
         }
     }
 }
+
+/// The observations of the tool calls among `events`, in order.
+pub fn observations(events: &[agent_protocol::Event]) -> Vec<String> {
+    events
+        .iter()
+        .filter_map(|e| match e {
+            agent_protocol::Event::ToolCallEnd { observation, .. } => Some(observation.clone()),
+            _ => None,
+        })
+        .collect()
+}
+
+/// The notices among `events`, in order.
+pub fn notices(events: &[agent_protocol::Event]) -> Vec<String> {
+    events
+        .iter()
+        .filter_map(|e| match e {
+            agent_protocol::Event::Notice { message } => Some(message.clone()),
+            _ => None,
+        })
+        .collect()
+}

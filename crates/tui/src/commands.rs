@@ -2,7 +2,7 @@
 
 use agent_protocol::{ApprovalMode, Op};
 
-use super::app::{mode_name, App, Effect};
+use super::app::{App, Effect};
 use super::cell::CellKind;
 use super::popup::SLASH_COMMANDS;
 
@@ -53,7 +53,7 @@ pub fn run_slash(app: &mut App, line: &str) -> Vec<Effect> {
                 None => {
                     app.info(format!(
                         "approval mode: {} (change with /approval ask|auto-edit|auto|plan, or Shift+Tab)",
-                        mode_name(app.mode)
+                        app.mode.name()
                     ));
                     return Vec::new();
                 }
@@ -67,7 +67,7 @@ pub fn run_slash(app: &mut App, line: &str) -> Vec<Effect> {
                 }
             };
             let effects = app.set_mode(mode);
-            app.info(format!("approval mode: {}", mode_name(mode)));
+            app.info(format!("approval mode: {}", mode.name()));
             effects
         }
         "mcp" => vec![Effect::ShowMcp],

@@ -21,11 +21,6 @@ pub fn next_mode(mode: ApprovalMode) -> ApprovalMode {
     }
 }
 
-/// The mode's name as typed on the command line.
-pub fn mode_name(mode: ApprovalMode) -> &'static str {
-    mode.name()
-}
-
 /// The mode the core runs in while the UI is in `mode`: the UI answers approval
 /// requests itself, so the core asks about everything any mode may want to confirm;
 /// plan mode's rules (no file changes, every command asks) are the core's.
@@ -69,7 +64,7 @@ impl App {
                 self.pending_plan = None;
                 let back = self.plan_return;
                 let mut effects = self.set_mode(back);
-                self.info(format!("plan accepted: working in {} mode", mode_name(back)));
+                self.info(format!("plan accepted: working in {} mode", back.name()));
                 effects.extend(self.user_turn_shown(PLAN_ACCEPTED.to_string(), "Go ahead with the plan.".into()));
                 effects
             }

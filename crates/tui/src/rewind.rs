@@ -10,6 +10,7 @@ use agent_core::llm::ChatMessage;
 use super::app::{App, Effect};
 use super::cell::CellKind;
 use super::popup::{Popup, PopupKind};
+use super::wrap::truncate;
 
 /// The longest pause between the two presses of `Esc Esc`.
 const DOUBLE_ESC: Duration = Duration::from_millis(800);
@@ -77,33 +78,31 @@ pub fn clock() -> String {
     format!("{:02}:{:02}", secs / 3600 % 24, secs / 60 % 60)
 }
 
+/// A message's first line, cut to fit a popup line.
 fn short(text: &str) -> String {
-    let line = text.lines().next().unwrap_or_default().trim();
-    if line.chars().count() > 48 {
-        format!("{}…", line.chars().take(48).collect::<String>())
-    } else {
-        line.to_string()
-    }
+    truncate(text.lines().next().unwrap_or_default().trim(), 49)
 }
 
 impl App {
     /// A checkpoint before the message just shown (the last user cell), its files'
     /// snapshot being `commit`.
     pub fn checkpoint_before_last_message(&mut self, commit: Option<String>) {
-        let cells: Vec<&CellKind> = self.transcript.cells().collect();
-        let Some(at) = cells.iter().rposition(|c| matches!(c, CellKind::User { .. })) else { return };
-        let CellKind::User { text } = cells[at] else { return };
-        let label = short(text);
-        self.checkpoints.push(Checkpoint { label, commit, cells: at, history: None, saved: None, at: clock() });
+        let Some((cells, label)) = self.last_message() else { return };
+        self.checkpoints.push(Checkpoint { label, commit, cells, history: None, saved: None, at: clock() });
     }
 
     /// The label of the message the latest checkpoint precedes.
     pub fn last_message_label(&self) -> String {
-        let text = self.transcript.cells().rev().find_map(|c| match c {
-            CellKind::User { text } => Some(text.as_str()),
+        self.last_message().map(|(_, label)| label).unwrap_or_default()
+    }
+
+    /// The index of the last user cell and its label.
+    fn last_message(&self) -> Option<(usize, String)> {
+        let last = self.transcript.len().checked_sub(1)?;
+        self.transcript.cells().rev().enumerate().find_map(|(back, c)| match c {
+            CellKind::User { text } => Some((last - back, short(text))),
             _ => None,
-        });
-        short(text.unwrap_or_default())
+        })
     }
 
     /// The core says how long the conversation was when the latest message's work began.

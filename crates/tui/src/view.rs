@@ -9,7 +9,7 @@ use ratatui::Frame;
 use serde_json::Value;
 use unicode_width::UnicodeWidthChar;
 
-use super::app::{mode_name, App, ContainerState};
+use super::app::{App, ContainerState};
 use super::wrap::truncate;
 
 /// The most composer lines shown at once.
@@ -173,7 +173,7 @@ fn draw_plan_prompt(frame: &mut Frame<'_>, app: &App, area: Rect) {
     let key = |k: &'static str| Span::styled(k, Style::new().fg(Color::Cyan).add_modifier(Modifier::BOLD));
     let lines = vec![
         Line::from(Span::styled(
-            format!("Start working on this plan in {} mode?", mode_name(app.plan_return)),
+            format!("Start working on this plan in {} mode?", app.plan_return.name()),
             Style::new().add_modifier(Modifier::BOLD),
         )),
         Line::from(vec![
@@ -221,7 +221,7 @@ fn draw_status(frame: &mut Frame<'_>, app: &App, area: Rect) {
     let pct = (s.context_used * 100).checked_div(s.context_max).unwrap_or(0);
     let mut parts = vec![
         short_model(&s.model),
-        mode_name(app.mode).to_string(),
+        app.mode.name().to_string(),
         format!("sandbox {container}"),
         format!("ctx {}/{} {pct}%", kilo(s.context_used), kilo(s.context_max)),
     ];

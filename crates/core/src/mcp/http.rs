@@ -142,11 +142,7 @@ fn answer_of(msg: &Value, id: u64) -> Option<Result<Value, String>> {
     if msg.get("id").and_then(Value::as_u64) != Some(id) {
         return None;
     }
-    Some(match (msg.get("result"), msg.get("error")) {
-        (Some(r), _) => Ok(r.clone()),
-        (None, Some(e)) => Err(e.get("message").and_then(Value::as_str).unwrap_or("error").to_string()),
-        (None, None) => Err("an answer with neither result nor error".into()),
-    })
+    Some(super::rpc::outcome(msg))
 }
 
 fn root_cause(e: &reqwest::Error) -> String {

@@ -132,6 +132,15 @@ async fn read_loop(
     }
 }
 
+/// The result of a JSON-RPC response, or its error's message.
+pub fn outcome(msg: &Value) -> Result<Value, String> {
+    match (msg.get("result"), msg.get("error")) {
+        (Some(r), _) => Ok(r.clone()),
+        (None, Some(e)) => Err(e.get("message").and_then(Value::as_str).unwrap_or("error").to_string()),
+        (None, None) => Err("an answer with neither result nor error".into()),
+    }
+}
+
 /// Routes one message: a response to its waiter, a request from the server answered
 /// (`ping`; nothing else is offered), a notification dropped.
 async fn dispatch(msg: Value, writer: &Writer, pending: &Pending) {
@@ -140,13 +149,8 @@ async fn dispatch(msg: Value, writer: &Writer, pending: &Pending) {
         (None, Some(id)) => {
             let Some(id) = id.as_u64() else { return };
             let waiter = pending.lock().ok().and_then(|mut p| p.remove(&id));
-            let result = match (msg.get("result"), msg.get("error")) {
-                (Some(r), _) => Ok(r.clone()),
-                (None, Some(e)) => Err(e.get("message").and_then(Value::as_str).unwrap_or("error").to_string()),
-                (None, None) => Err("an answer with neither result nor error".into()),
-            };
             if let Some(tx) = waiter {
-                let _ = tx.send(result);
+                let _ = tx.send(outcome(&msg));
             }
         }
         (Some(method), Some(id)) => {
