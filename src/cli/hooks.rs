@@ -1,16 +1,22 @@
-//! Which hooks a front end runs: the user's and the project's settings files for the
-//! UI and `agent run`, a named file with `--hooks`, none with `--no-hooks`.
+//! Which hooks a front end runs: the user's settings and, when the project is trusted,
+//! the project's for the UI and `agent run`, a named file with `--hooks`, none with
+//! `--no-hooks`.
 
 use std::path::Path;
 
 use agent_core::hooks::{HookSettings, Hooks};
 
-/// The hooks of a session in `project`, and a line for the user about them.
-pub fn session_hooks(project: &Path, extra: Option<&Path>, none: bool) -> anyhow::Result<(Hooks, Option<String>)> {
+/// The hooks of a session in `project` (`settings`: the user's and, when trusted, the
+/// project's), and a line for the user about them.
+pub fn session_hooks(
+    mut settings: HookSettings,
+    project: &Path,
+    extra: Option<&Path>,
+    none: bool,
+) -> anyhow::Result<(Hooks, Option<String>)> {
     if none {
         return Ok((Hooks::default(), None));
     }
-    let mut settings = HookSettings::load(Some(project))?;
     if let Some(file) = extra {
         settings.merge_file(file)?;
     }

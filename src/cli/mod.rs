@@ -3,10 +3,10 @@
 mod bench;
 mod hooks;
 mod judge_eval;
-mod mcp;
 mod model;
 mod perf;
 mod print;
+mod project;
 mod run;
 mod sandbox;
 mod serve;
@@ -23,9 +23,14 @@ use clap::{Parser, Subcommand};
 #[derive(Debug, Parser)]
 #[command(name = "agent", version, about)]
 pub struct Cli {
-    /// Config file (default: .agent/config.toml, then ~/.config/agent/config.toml).
+    /// Your config file (default: ~/.config/agent/config.toml); the project's
+    /// .agent/config.toml is laid over it as far as you trust the project.
     #[arg(long, global = true)]
     pub config: Option<PathBuf>,
+    /// Use every setting of the project's agent files (.agent/, .mcp.json) without
+    /// asking: its hooks, model endpoint, key variable, MCP servers and system prompt.
+    #[arg(long, global = true)]
+    pub trust_project: bool,
     /// Debug logging on stderr (or set AGENT_LOG).
     #[arg(short, long, global = true)]
     pub verbose: bool,
@@ -119,16 +124,28 @@ impl LocalArgs {
 
 /// Runs the chosen subcommand; returns the process exit code.
 pub async fn dispatch(cli: Cli) -> anyhow::Result<u8> {
-    let config = agent_core::config::Config::load(cli.config.as_deref())?;
-    match cli.command {
-        Some(Command::Run(args)) => run::run(args, config).await,
-        Some(Command::Bench(args)) => bench::run(args, config).await,
-        Some(Command::Sandbox(cmd)) => sandbox::run(cmd, config).await,
-        Some(Command::Serve(args)) => serve::run(args, config).await,
-        Some(Command::Model(cmd)) => model::run(cmd).await,
-        Some(Command::JudgeEval(args)) => judge_eval::run(args).await,
-        Some(Command::Train(args)) => train::run(args, config).await,
-        Some(Command::Perf(cmd)) => perf::run(cmd).await,
-        None => tui::run(cli.tui, config, cli.local.options()).await,
+    let user = agent_core::config::Config::load_user(cli.config.as_deref())?;
+    let command = match cli.command {
+        None => return tui::run(cli.tui, user, cli.trust_project, cli.local.options()).await,
+        Some(Command::Model(cmd)) => return model::run(cmd).await,
+        Some(Command::JudgeEval(args)) => return judge_eval::run(args).await,
+        Some(Command::Perf(cmd)) => return perf::run(cmd).await,
+        Some(command) => command,
+    };
+    // Every other command reads the project's settings, as far as it is trusted.
+    let headless = project::headless(&user, cli.trust_project)?;
+    match command {
+        Command::Run(args) => run::run(args, headless).await,
+        other => {
+            headless.announce();
+            let config = headless.settings.config;
+            match other {
+                Command::Bench(args) => bench::run(args, config).await,
+                Command::Sandbox(cmd) => sandbox::run(cmd, config).await,
+                Command::Serve(args) => serve::run(args, config).await,
+                Command::Train(args) => train::run(args, config).await,
+                Command::Run(_) | Command::Model(_) | Command::JudgeEval(_) | Command::Perf(_) => Ok(2),
+            }
+        }
     }
 }

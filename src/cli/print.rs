@@ -81,6 +81,10 @@ impl Printer {
             // The plan is the assistant message just printed.
             Event::TaskComplete | Event::PlanProposed { .. } | Event::TaskStarted { .. } => return,
             Event::Notice { message } => format!("● {message}"),
+            Event::ProjectSettingsIgnored { project, ignored, hint } => {
+                let lines: Vec<String> = ignored.iter().map(|i| format!("    - {} ({})", i.what, i.file)).collect();
+                format!("● not used, because the project {project} is not trusted:\n{}\n  {hint}", lines.join("\n"))
+            }
             Event::Error { message, fatal } => format!("{} {message}", if *fatal { "✗ error:" } else { "! warning:" }),
             Event::EpisodeEnd { reason, turns, usage, finish_message } => {
                 let head = if *reason == EndReason::Finished { "✔ finished" } else { "■ stopped" };

@@ -16,6 +16,7 @@ use agent_protocol::Op;
 use agent_sandbox::Engine;
 
 use super::print::Printer;
+use super::project::Headless;
 use super::signals::Signals;
 
 /// Arguments of `agent run`.
@@ -70,8 +71,14 @@ struct TaskRun {
     env: TrialEnv,
 }
 
-/// Runs the episode; returns 0 when it ended by `finish`.
-pub async fn run(args: RunArgs, mut config: Config) -> anyhow::Result<u8> {
+/// The exit code of an episode that ended by `finish` while settings of the untrusted
+/// project were left out (documented in the README's "Trust").
+pub const EXIT_FINISHED_WITHOUT_PROJECT_SETTINGS: u8 = 3;
+
+/// Runs the episode; returns 0 when it ended by `finish` (3 when it did so without some
+/// of the untrusted project's settings), 1 when it ended otherwise.
+pub async fn run(args: RunArgs, project: Headless) -> anyhow::Result<u8> {
+    let mut config = project.settings.config.clone();
     let mut signals = Signals::install().context("cannot install signal handlers")?;
     let run_id = uuid::Uuid::new_v4().simple().to_string();
     let episode_id = format!("{}-0", &run_id[..12]);
@@ -91,9 +98,20 @@ pub async fn run(args: RunArgs, mut config: Config) -> anyhow::Result<u8> {
         args.instruction.join(" ")
     };
     let mut printer = Printer::new(args.json);
-    let project = std::env::current_dir().context("cannot read the current directory")?;
-    let (hooks, hooks_note) = super::hooks::session_hooks(&project, args.hooks.as_deref(), args.no_hooks)?;
-    let mcp_servers = super::mcp::project_servers(&config, &project)?;
+    for n in project.refused_notices() {
+        printer.notice(&n);
+    }
+    let ignored = project.ignored_event();
+    if let Some(ev) = &ignored {
+        printer.event(ev);
+    }
+    let (hooks, hooks_note) = super::hooks::session_hooks(
+        project.settings.hooks.clone(),
+        &project.dir,
+        args.hooks.as_deref(),
+        args.no_hooks,
+    )?;
+    let mcp_servers = project.settings.mcp_servers.clone();
     if let Some(note) = hooks_note {
         printer.notice(&note);
     }
@@ -220,7 +238,11 @@ pub async fn run(args: RunArgs, mut config: Config) -> anyhow::Result<u8> {
     if let Some(path) = trajectory {
         printer.notice(&format!("trajectory: {}", path.display()));
     }
-    Ok(if outcome.finished() { 0 } else { 1 })
+    Ok(match (outcome.finished(), ignored.is_some()) {
+        (true, false) => 0,
+        (true, true) => EXIT_FINISHED_WITHOUT_PROJECT_SETTINGS,
+        (false, _) => 1,
+    })
 }
 
 /// Builds the task's images and starts its services and agent container, as a bench

@@ -44,6 +44,11 @@ impl Signals {
         }
     }
 
+    /// The signal received so far, if any (for loops that poll instead of awaiting).
+    pub fn received(&self) -> Option<i32> {
+        *self.rx.borrow()
+    }
+
     /// The exit code for a signal (128 + number).
     pub fn exit_code(sig: i32) -> u8 {
         (128 + sig).clamp(0, 255) as u8

@@ -8,11 +8,13 @@ use anyhow::Context;
 use clap::Args;
 use futures_util::FutureExt;
 
-use agent_core::config::Config;
+use agent_core::config::UserConfig;
 use agent_core::episode::{build_episode, ContainerSource, EpisodeRequest, ImageContainer};
 use agent_core::llm::{resolve_model, ModelSpec, ResolveOptions};
+use agent_core::project::{assemble, Apply, Project, ProjectSettings, TrustStore};
 use agent_core::tools::ToolFormat;
 use agent_protocol::ApprovalMode;
+use agent_tui::trust::{TrustChoice, TrustPrompt};
 use agent_tui::{popup, store, AppConfig, TuiContext};
 
 use super::signals::Signals;
@@ -66,7 +68,12 @@ impl From<ApprovalArg> for ApprovalMode {
 }
 
 /// Opens the UI; returns the exit code.
-pub async fn run(args: TuiArgs, config: Config, local: agent_core::llm::LocalModelOptions) -> anyhow::Result<u8> {
+pub async fn run(
+    args: TuiArgs,
+    user: UserConfig,
+    trust_flag: bool,
+    local: agent_core::llm::LocalModelOptions,
+) -> anyhow::Result<u8> {
     let cwd = std::env::current_dir().context("cannot read the current directory")?;
     let cwd_text = cwd.display().to_string();
     let sessions_dir = store::sessions_dir().ok();
@@ -91,6 +98,14 @@ pub async fn run(args: TuiArgs, config: Config, local: agent_core::llm::LocalMod
         anyhow::bail!("the interactive UI needs a terminal; use `agent run` for headless episodes");
     }
     let mut signals = Signals::install().context("cannot install signal handlers")?;
+    // The trust decision comes first: nothing of the project's runs or is sent before it.
+    let stop = || signals.received().is_some();
+    let decided = tokio::task::block_in_place(|| project_settings(&cwd, &user, trust_flag, &stop))?;
+    let Some((settings, project_notices)) = decided else {
+        say("● closed without opening the project");
+        return Ok(signals.received().map_or(0, Signals::exit_code));
+    };
+    let config = settings.config.clone();
     let run_id = uuid::Uuid::new_v4().simple().to_string();
     let spec_text = args.model.clone().or(config.model.clone()).unwrap_or_else(|| "default".into());
     let spec = ModelSpec::parse(&spec_text)?;
@@ -104,7 +119,7 @@ pub async fn run(args: TuiArgs, config: Config, local: agent_core::llm::LocalMod
     say(&format!("● loading the model {spec_text}"));
     let model = resolve_model(&spec, &resolve).await?;
     let tool_format = args.tool_format.unwrap_or(config.tool_format);
-    let (hooks, hooks_note) = super::hooks::session_hooks(&cwd, None, args.no_hooks)?;
+    let (hooks, hooks_note) = super::hooks::session_hooks(settings.hooks.clone(), &cwd, None, args.no_hooks)?;
     if let Some(note) = &hooks_note {
         say(&format!("● {note}"));
     }
@@ -133,13 +148,13 @@ pub async fn run(args: TuiArgs, config: Config, local: agent_core::llm::LocalMod
         limits: limits.clone(),
         trajectory: None,
         hooks: hooks.clone(),
-        mcp_servers: super::mcp::project_servers(&config, &cwd)?,
+        mcp_servers: settings.mcp_servers.clone(),
     };
     // The UI resolves the format for each session (a `/model` switch can change it).
     let mut ui_config = config.clone();
     ui_config.tool_format = ToolFormat::Text;
     let prepare = async {
-        let mut notices = Vec::new();
+        let mut notices = project_notices.clone();
         let mut on_notice = |n: String| notices.push(n);
         let built = build_episode(&engine, &ui_config, model.as_ref(), request, &mut on_notice).await;
         built.map(|episode| (episode, notices))
@@ -175,7 +190,7 @@ pub async fn run(args: TuiArgs, config: Config, local: agent_core::llm::LocalMod
                 context_tokens: limits.context_tokens,
                 files: popup::scan_workspace(&cwd),
                 commands: agent_tui::custom_commands::load(
-                    &cwd,
+                    &settings.commands,
                     agent_tui::custom_commands::user_dir().as_deref(),
                     &popup::SLASH_COMMANDS.iter().map(|c| c.name).collect::<Vec<_>>(),
                 ),
@@ -201,6 +216,42 @@ pub async fn run(args: TuiArgs, config: Config, local: agent_core::llm::LocalMod
     sandbox.remove().await;
     cleanup(&engine, &run_id).await;
     result.map(|signal| signal.map_or(0, Signals::exit_code))
+}
+
+/// The settings of the session and the lines to show about the project, after asking
+/// the user when the project asks for something that needs trust and is not trusted as
+/// it is now; `None` when the user chose to quit.
+fn project_settings(
+    cwd: &Path,
+    user: &UserConfig,
+    trust_flag: bool,
+    stop: &dyn Fn() -> bool,
+) -> anyhow::Result<Option<(ProjectSettings, Vec<String>)>> {
+    let mut store = TrustStore::load()?;
+    let project = Project::open(cwd, user, &store)?;
+    let apply = if trust_flag || !project.needs_decision() {
+        Apply::All
+    } else {
+        let prompt = TrustPrompt::new(&project, store.path());
+        match agent_tui::trust::ask(prompt, stop)? {
+            TrustChoice::Trust => {
+                store.trust(&project.files, project.lines())?;
+                Apply::All
+            }
+            TrustChoice::Once => Apply::All,
+            TrustChoice::Without => Apply::Nothing,
+            TrustChoice::Quit => return Ok(None),
+        }
+    };
+    let settings = assemble(user, &project.files, apply)?;
+    let mut notices: Vec<String> = settings.refused().map(|a| a.text.clone()).collect();
+    if apply == Apply::Nothing {
+        notices.push(format!(
+            "opened without the project's settings: {} item(s) of its agent files are not used this session",
+            settings.ignored.len()
+        ));
+    }
+    Ok(Some((settings, notices)))
 }
 
 /// Progress on stderr; a terminal that is gone (a closed tmux pane, SIGHUP) must not

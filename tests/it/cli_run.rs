@@ -279,8 +279,9 @@ fn a_tb2_task_runs_with_the_configured_prompt_and_the_projects_agents_md() {
     assert_eq!(support::networks_of_run(&run_id), Vec::<String>::new());
 }
 
-/// The project's `.agent/settings.json` hooks reach `agent run`'s episode: a
-/// `PreToolUse` hook that exits 2 keeps a command from running, and `--no-hooks` does not.
+/// The hooks of a trusted project's `.agent/settings.json` reach `agent run`'s episode: a
+/// `PreToolUse` hook that exits 2 keeps a command from running, and `--no-hooks` does
+/// not (an untrusted project's hooks never run: see `trust.rs`).
 #[test]
 fn agent_run_runs_the_projects_hooks_unless_told_not_to() {
     let rt = tokio::runtime::Runtime::new().unwrap();
@@ -323,10 +324,10 @@ fn agent_run_runs_the_projects_hooks_unless_told_not_to() {
             .collect();
         (obs, notices)
     };
-    let (obs, notices) = run(&[]);
+    let (obs, notices) = run(&["--trust-project"]);
     assert!(obs.contains("blocked by a PreToolUse hook") && obs.contains("use the file tool"), "{obs}");
     assert!(!obs.contains("ran-it"), "{obs}");
     assert!(notices.iter().any(|n| n == "hooks: 1 PreToolUse"), "{notices:?}");
-    let (obs, _) = run(&["--no-hooks"]);
+    let (obs, _) = run(&["--trust-project", "--no-hooks"]);
     assert!(obs.contains("ran-it"), "{obs}");
 }

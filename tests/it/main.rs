@@ -27,4 +27,5 @@ mod serve;
 mod train;
 mod train_dist;
 mod train_engine;
+mod trust;
 mod tui;

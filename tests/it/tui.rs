@@ -8,12 +8,12 @@ use std::time::{Duration, Instant};
 use crate::support;
 
 /// A detached tmux session running bash, killed when dropped.
-struct Tmux {
+pub(crate) struct Tmux {
     name: String,
 }
 
 impl Tmux {
-    fn start(dir: &Path, width: u16, height: u16) -> Tmux {
+    pub(crate) fn start(dir: &Path, width: u16, height: u16) -> Tmux {
         let name = format!("agent-it-{}", &uuid::Uuid::new_v4().simple().to_string()[..8]);
         let status = Command::new("tmux")
             .args(["new-session", "-d", "-s", &name, "-x", &width.to_string(), "-y", &height.to_string()])
@@ -24,29 +24,29 @@ impl Tmux {
         Tmux { name }
     }
 
-    fn keys(&self, keys: &[&str]) {
+    pub(crate) fn keys(&self, keys: &[&str]) {
         let status = Command::new("tmux").args(["send-keys", "-t", &self.name]).args(keys).status().unwrap();
         assert!(status.success());
     }
 
     /// Types text literally (no key names).
-    fn type_text(&self, text: &str) {
+    pub(crate) fn type_text(&self, text: &str) {
         let status = Command::new("tmux").args(["send-keys", "-t", &self.name, "-l", text]).status().unwrap();
         assert!(status.success());
     }
 
-    fn screen(&self) -> String {
+    pub(crate) fn screen(&self) -> String {
         let out = Command::new("tmux").args(["capture-pane", "-p", "-t", &self.name]).output().unwrap();
         String::from_utf8_lossy(&out.stdout).to_string()
     }
 
-    fn alternate_on(&self) -> bool {
+    pub(crate) fn alternate_on(&self) -> bool {
         let out = Command::new("tmux").args(["display", "-p", "-t", &self.name, "#{alternate_on}"]).output().unwrap();
         String::from_utf8_lossy(&out.stdout).trim() == "1"
     }
 
     /// Waits until the screen satisfies `pred`; panics with the screen after `timeout`.
-    fn wait_for(&self, what: &str, timeout: Duration, pred: impl Fn(&str) -> bool) -> String {
+    pub(crate) fn wait_for(&self, what: &str, timeout: Duration, pred: impl Fn(&str) -> bool) -> String {
         let start = Instant::now();
         loop {
             let s = self.screen();
@@ -60,7 +60,7 @@ impl Tmux {
         }
     }
 
-    fn wait_text(&self, text: &str, timeout: Duration) -> String {
+    pub(crate) fn wait_text(&self, text: &str, timeout: Duration) -> String {
         self.wait_for(&format!("`{text}`"), timeout, |s| s.contains(text))
     }
 }
@@ -72,14 +72,14 @@ impl Drop for Tmux {
 }
 
 /// The 12-hex container id printed after `cid=` on the screen, if any.
-fn container_id(screen: &str) -> Option<String> {
+pub(crate) fn container_id(screen: &str) -> Option<String> {
     screen.match_indices("cid=").find_map(|(i, _)| {
         let id: String = screen[i + 4..].chars().take(12).collect();
         (id.len() == 12 && id.chars().all(|c| c.is_ascii_hexdigit())).then_some(id)
     })
 }
 
-fn container_exists(id: &str) -> bool {
+pub(crate) fn container_exists(id: &str) -> bool {
     let out = Command::new("docker").args(["ps", "-a", "-q", "--filter", &format!("id={id}")]).output().unwrap();
     !String::from_utf8_lossy(&out.stdout).trim().is_empty()
 }
@@ -123,7 +123,7 @@ fn open_ui(dir: &tempfile::TempDir, model: &str, extra: &str) -> (Tmux, String) 
 }
 
 /// Quits with Ctrl+C twice and checks the terminal and the container.
-fn quit_and_check(tmux: &Tmux, cid: &str) {
+pub(crate) fn quit_and_check(tmux: &Tmux, cid: &str) {
     tmux.keys(&["C-c"]);
     tmux.wait_text("Ctrl+C again to quit", Duration::from_secs(10));
     tmux.keys(&["C-c"]);

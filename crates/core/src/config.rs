@@ -1,5 +1,6 @@
-//! One config file (`.agent/config.toml` in the project, else
-//! `~/.config/agent/config.toml`); command-line flags override it.
+//! The configuration: the user's file (`~/.config/agent/config.toml`, or `--config
+//! FILE`), with the project's `.agent/config.toml` laid over it key by key as far as the
+//! project is trusted (see [`crate::project`]); command-line flags override both.
 
 use std::path::{Path, PathBuf};
 
@@ -125,26 +126,42 @@ impl Default for SandboxSettings {
     }
 }
 
+/// The user's own configuration, before any project file is laid over it.
+#[derive(Debug, Clone, Default)]
+pub struct UserConfig {
+    /// The file it came from (none: the defaults).
+    pub path: Option<PathBuf>,
+    /// The file's keys, for laying a project's over them.
+    pub table: toml::Table,
+    /// The configuration it gives on its own.
+    pub config: Config,
+}
+
 impl Config {
-    /// Loads `explicit` when given, else the project's `.agent/config.toml`, else the
-    /// user's; defaults when none exists.
-    pub fn load(explicit: Option<&Path>) -> Result<Config, ConfigError> {
+    /// The user's configuration: `explicit` when given, else
+    /// `~/.config/agent/config.toml`; the defaults when there is none.
+    pub fn load_user(explicit: Option<&Path>) -> Result<UserConfig, ConfigError> {
         let path = match explicit {
             Some(p) => Some(p.to_path_buf()),
-            None => Self::candidates().into_iter().find(|p| p.is_file()),
+            None => dirs::config_dir().map(|d| d.join("agent/config.toml")).filter(|p| p.is_file()),
         };
-        match path {
-            Some(p) => Self::from_file(&p),
-            None => Ok(Config::default()),
-        }
+        let Some(path) = path else { return Ok(UserConfig::default()) };
+        let text = std::fs::read_to_string(&path)
+            .map_err(|e| ConfigError::Read { path: path.display().to_string(), reason: e.to_string() })?;
+        let table: toml::Table = toml::from_str(&text)
+            .map_err(|e| ConfigError::Parse { path: path.display().to_string(), reason: e.to_string() })?;
+        let config = Self::from_table(table.clone(), &path)?;
+        Ok(UserConfig { path: Some(path), table, config })
     }
 
-    fn candidates() -> Vec<PathBuf> {
-        let mut v = vec![PathBuf::from(".agent/config.toml")];
-        if let Some(dir) = dirs::config_dir() {
-            v.push(dir.join("agent/config.toml"));
-        }
-        v
+    /// The configuration of a parsed file; `path` names it in errors.
+    pub fn from_table(table: toml::Table, path: &Path) -> Result<Config, ConfigError> {
+        let config: Config = toml::Value::Table(table).try_into().map_err(|e: toml::de::Error| ConfigError::Parse {
+            path: path.display().to_string(),
+            reason: e.to_string(),
+        })?;
+        config.validate().map_err(|reason| ConfigError::Invalid { path: path.display().to_string(), reason })?;
+        Ok(config)
     }
 
     /// Parses one config file.
@@ -196,6 +213,18 @@ impl Config {
             Ok(())
         } else {
             Err(format!("{}; limits have no \"unlimited\" value: set a large number instead", bad.join(", ")))
+        }
+    }
+}
+
+/// Lays `over`'s keys over `base`'s: tables merge key by key, any other value replaces.
+pub fn merge_tables(base: &mut toml::Table, over: toml::Table) {
+    for (k, v) in over {
+        match (base.get_mut(&k), v) {
+            (Some(toml::Value::Table(b)), toml::Value::Table(o)) => merge_tables(b, o),
+            (_, v) => {
+                base.insert(k, v);
+            }
         }
     }
 }

@@ -1,7 +1,8 @@
 //! The agent's core: the episode loop ([`episode`]) and the tools it runs in a sandbox
 //! ([`tools`]), the configuration ([`config`]), the user's hooks ([`hooks`]), the model
-//! backend trait with the HTTP and scripted backends ([`llm`]) and the built-in model
-//! files ([`models`]).
+//! backend trait with the HTTP and scripted backends ([`llm`]), the built-in model
+//! files ([`models`]) and the project's own settings, used as far as the user trusts it
+//! ([`project`]).
 //!
 //! Front ends talk to a running episode only through `agent_protocol`'s `Op`s and
 //! `Event`s. Nothing here links an inference engine: local models are loaded by
@@ -14,4 +15,5 @@ pub mod hooks;
 pub mod llm;
 pub mod mcp;
 pub mod models;
+pub mod project;
 pub mod tools;

@@ -128,6 +128,19 @@ impl TokenUsage {
     }
 }
 
+/// A setting of the project's files that was not used: the project is not trusted, and
+/// the setting would run something on this computer or send something off it.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct IgnoredSetting {
+    /// What kind of setting (`hook`, `model`, `api_key`, `mcp_server`, `system_prompt`,
+    /// `sandbox`, `image_map`, ...).
+    pub kind: String,
+    /// The file that asked for it, relative to the project.
+    pub file: String,
+    /// What it is, in plain words.
+    pub what: String,
+}
+
 /// Something that happened in the core, for front ends to show or record.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 #[serde(tag = "event", rename_all = "snake_case")]
@@ -186,6 +199,9 @@ pub enum Event {
     TaskComplete,
     /// A notice for the user (image substitutions, sandbox resets, ...).
     Notice { message: String },
+    /// Settings of an untrusted project that the session does not use; `hint` says how
+    /// to trust it.
+    ProjectSettingsIgnored { project: String, ignored: Vec<IgnoredSetting>, hint: String },
     /// Something failed; `fatal` errors end the episode.
     Error { message: String, fatal: bool },
     /// The episode ended.

@@ -583,6 +583,10 @@ impl App {
                 self.info("interrupted");
             }
             Event::Notice { message } => self.info(message),
+            Event::ProjectSettingsIgnored { ignored, hint, .. } => {
+                let lines: Vec<String> = ignored.iter().map(|i| format!("  · {}", i.what)).collect();
+                self.info(format!("not used (the project is not trusted):\n{}\n{hint}", lines.join("\n")));
+            }
             Event::TaskComplete => self.idle(),
             Event::Error { message, fatal } => {
                 if fatal {

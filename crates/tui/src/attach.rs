@@ -26,7 +26,8 @@ pub struct Attachments {
 }
 
 /// Reads the files that `text` mentions as `@path` (relative to `root`, inside it).
-/// Directories, missing paths and paths outside `root` are not attached; binary files
+/// Directories, missing paths and paths outside `root` (also through symlinks) are not
+/// attached; binary files
 /// and what passes the limits are named with a note instead.
 pub fn attach_mentions(text: &str, root: &Path) -> Attachments {
     let mut out = Attachments::default();
@@ -44,6 +45,16 @@ pub fn attach_mentions(text: &str, root: &Path) -> Attachments {
             continue;
         }
         seen.push(rel.to_string());
+        // A symlink in a cloned project can name any file of the host (a key, a
+        // token): what leaves the workspace once resolved is not sent to the model.
+        let inside = match (path.canonicalize(), root.canonicalize()) {
+            (Ok(real), Ok(base)) => real.starts_with(base),
+            _ => false,
+        };
+        if !inside {
+            out.notes.push(format!("@{rel} leads out of the workspace (a symlink); not attached"));
+            continue;
+        }
         let Ok(bytes) = std::fs::read(&path) else {
             out.notes.push(format!("cannot read @{rel}; not attached"));
             continue;
@@ -121,5 +132,17 @@ mod tests {
         assert!(a.notes[1].contains("the first 32768 of 32778 bytes"));
         assert!(a.notes[2].contains("binary"));
         assert_eq!(attach_mentions("no mentions here", &root), Attachments::default());
+    }
+
+    #[test]
+    fn a_symlink_out_of_the_workspace_is_not_attached() {
+        let top = tempfile::tempdir().unwrap();
+        let root = top.path().join("ws");
+        std::fs::create_dir_all(&root).unwrap();
+        std::fs::write(top.path().join("id_rsa"), "PRIVATE KEY").unwrap();
+        std::os::unix::fs::symlink(top.path().join("id_rsa"), root.join("notes.txt")).unwrap();
+        let a = attach_mentions("read @notes.txt", &root);
+        assert!(!a.appendix.contains("PRIVATE KEY"), "{}", a.appendix);
+        assert_eq!(a.notes, vec!["@notes.txt leads out of the workspace (a symlink); not attached".to_string()]);
     }
 }

@@ -7,6 +7,8 @@
 
 use std::path::{Path, PathBuf};
 
+use agent_core::project::ProjectFile;
+
 /// Where a command comes from (a project's command hides a user's of the same name).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Scope {
@@ -33,18 +35,21 @@ pub fn user_dir() -> Option<PathBuf> {
     dirs::home_dir().map(|h| h.join(".config/agent/commands"))
 }
 
-/// Loads the project's and the user's commands, sorted by name. Names taken by a
-/// built-in command are skipped (the built-in wins), as are unreadable files.
-pub fn load(project_root: &Path, user: Option<&Path>, builtins: &[&str]) -> Vec<CustomCommand> {
+/// The project's commands (its `.agent/commands/` files, as read and checked by
+/// `agent_core::project`; none when the project is opened without its settings) and the
+/// user's, sorted by name. Names taken by a built-in command are skipped (the built-in
+/// wins), as are unreadable files.
+pub fn load(project: &[ProjectFile], user: Option<&Path>, builtins: &[&str]) -> Vec<CustomCommand> {
     let mut out: Vec<CustomCommand> = Vec::new();
-    let dirs =
-        [(Some(project_root.join(".agent/commands")), Scope::Project), (user.map(Path::to_path_buf), Scope::User)];
-    for (dir, scope) in dirs {
-        let Some(dir) = dir else { continue };
-        let mut found = Vec::new();
-        collect(&dir, &dir, &mut found);
+    let project: Vec<(String, String)> =
+        project.iter().map(|f| (agent_core::project::command_name(&f.rel), f.text.clone())).collect();
+    let mut user_found = Vec::new();
+    if let Some(dir) = user {
+        collect(dir, dir, &mut user_found);
+    }
+    for (found, scope) in [(project, Scope::Project), (user_found, Scope::User)] {
         for (name, text) in found {
-            if builtins.contains(&name.as_str()) || out.iter().any(|c| c.name == name) {
+            if !valid_name(&name) || builtins.contains(&name.as_str()) || out.iter().any(|c| c.name == name) {
                 continue;
             }
             out.push(parse(&name, &text, scope));
@@ -52,6 +57,10 @@ pub fn load(project_root: &Path, user: Option<&Path>, builtins: &[&str]) -> Vec<
     }
     out.sort_by(|a, b| a.name.cmp(&b.name));
     out
+}
+
+fn valid_name(name: &str) -> bool {
+    !name.is_empty() && name.chars().all(|c| c.is_alphanumeric() || "-_:.".contains(c))
 }
 
 /// `(name, text)` of every `.md` file under `dir`; sub-folders become `folder:` prefixes.
@@ -70,8 +79,7 @@ fn collect(root: &Path, dir: &Path, out: &mut Vec<(String, String)>) {
         }
         let Ok(rel) = path.strip_prefix(root) else { continue };
         let name = rel.with_extension("").to_string_lossy().replace('/', ":");
-        let valid = !name.is_empty() && name.chars().all(|c| c.is_alphanumeric() || "-_:.".contains(c));
-        if let (true, Ok(text)) = (valid, std::fs::read_to_string(&path)) {
+        if let (true, Ok(text)) = (valid_name(&name), std::fs::read_to_string(&path)) {
             out.push((name, text));
         }
     }
@@ -210,7 +218,9 @@ mod tests {
         std::fs::write(user.path().join("review.md"), "the user's review").unwrap();
         std::fs::write(user.path().join("help.md"), "a built-in name").unwrap();
         std::fs::write(user.path().join("explain.md"), "Explain $ARGUMENTS").unwrap();
-        let cmds = load(project.path(), Some(user.path()), &["help"]);
+        let files = agent_core::project::ProjectFiles::read(project.path()).unwrap();
+        assert_eq!(files.commands.len(), 2, "notes.txt is not a command");
+        let cmds = load(&files.commands, Some(user.path()), &["help"]);
         let names: Vec<(&str, Scope)> = cmds.iter().map(|c| (c.name.as_str(), c.scope)).collect();
         assert_eq!(names, [("explain", Scope::User), ("git:commit", Scope::Project), ("review", Scope::Project)]);
         assert_eq!(cmds[2].description, "Review the diff");

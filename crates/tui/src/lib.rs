@@ -25,6 +25,7 @@ mod shell_cmd;
 pub mod store;
 pub mod terminal;
 pub mod transcript;
+pub mod trust;
 pub mod view;
 pub mod working;
 mod wrap;

@@ -11,7 +11,7 @@ use tokio::signal::unix::{signal, SignalKind};
 use tokio::sync::mpsc::{unbounded_channel, UnboundedSender};
 use tokio_util::sync::CancellationToken;
 
-use agent_core::episode::{spawn_session, SessionConfig, SessionHandle, ToolExecutor};
+use agent_core::episode::{spawn_session, swap_tool_section, SessionConfig, SessionHandle, ToolExecutor};
 use agent_core::llm::{resolve_model, ChatMessage, ModelBackend, ModelSpec, ResolveOptions};
 use agent_core::mcp::McpHub;
 use agent_core::tools::ToolFormat;
@@ -117,7 +117,18 @@ impl Runner {
         let base = if cfg.tool_format == ToolFormat::Native { &self.ctx.native_prompt } else { &self.base_prompt };
         cfg.system_prompt = format!("{base}{extra_prompt}");
         cfg.history = std::mem::take(&mut self.history);
-        self.core = Some(spawn_session(cfg, self.ctx.model.clone(), self.ctx.specs.clone(), executor));
+        let mut specs = self.ctx.specs.clone();
+        // An MCP server's tools may have changed during an earlier session: the new one
+        // starts with the tools as they are now, not as they were when the UI opened.
+        if let Some(mcp) = &self.ctx.mcp {
+            let (now, notices) = mcp.respec(&specs);
+            cfg.system_prompt = swap_tool_section(&cfg.system_prompt, &specs, &now, cfg.tool_format);
+            specs = now;
+            for n in notices {
+                self.app.info(n);
+            }
+        }
+        self.core = Some(spawn_session(cfg, self.ctx.model.clone(), specs, executor));
     }
 
     /// Ends the running session and returns its executor (the shell and sandbox live on);

@@ -16,7 +16,8 @@ pub use builder::{
 };
 pub use executor::{ToolExecutor, ToolOutcome};
 pub use history::adapt_history;
-pub use prompt::{civil_date, render_system_prompt, system_prompt};
+pub(crate) use prompt::today;
+pub use prompt::{civil_date, render_system_prompt, swap_tool_section, system_prompt};
 pub use session::{spawn_session, EpisodeSummary, SessionConfig, SessionHandle};
 pub use stuck::{loop_warning, LoopDetector, LoopVerdict};
 pub use todo::{TodoItem, TodoList};

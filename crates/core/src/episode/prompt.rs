@@ -45,8 +45,18 @@ pub fn render_system_prompt(
         .to_string()
 }
 
+/// `prompt` with its tool section for `old` replaced by the one for `new` (an MCP
+/// server's tools changed): the tool section is the only part made from the specs.
+pub fn swap_tool_section(prompt: &str, old: &ToolSpecs, new: &ToolSpecs, format: ToolFormat) -> String {
+    let section = |s: &ToolSpecs| match format {
+        ToolFormat::Native => render_native_tool_section(s),
+        ToolFormat::Auto | ToolFormat::Text => render_tool_section(s),
+    };
+    prompt.replacen(&section(old), &section(new), 1)
+}
+
 /// Today's date (UTC) as YYYY-MM-DD.
-fn today() -> String {
+pub(crate) fn today() -> String {
     let secs = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
     let (y, m, d) = civil_date(secs);
     format!("{y:04}-{m:02}-{d:02}")

@@ -14,7 +14,7 @@ use std::sync::Arc;
 use serde_json::{json, Map, Value};
 
 pub use command::{run_hook, HookExit, HookRun};
-pub use settings::{HookCommand, HookSettings, HookSettingsError, DEFAULT_HOOK_TIMEOUT, PROJECT_SETTINGS_FILES};
+pub use settings::{HookCommand, HookSettings, HookSettingsError, DEFAULT_HOOK_TIMEOUT};
 pub use tool_names::{claude_tool_input, claude_tool_name};
 
 /// The events hooks can be attached to.

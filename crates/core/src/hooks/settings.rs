@@ -3,6 +3,7 @@
 //! user's and the project's settings files and merged (every matching hook runs).
 
 use std::path::{Path, PathBuf};
+
 use std::time::Duration;
 
 use regex::Regex;
@@ -12,9 +13,6 @@ use super::HookEvent;
 
 /// A hook's timeout when its entry names none (Claude Code's default).
 pub const DEFAULT_HOOK_TIMEOUT: Duration = Duration::from_secs(60);
-
-/// The project's settings files, in the order they are merged.
-pub const PROJECT_SETTINGS_FILES: [&str; 2] = [".agent/settings.json", ".agent/settings.local.json"];
 
 /// Why the hook settings could not be read.
 #[derive(Debug, thiserror::Error)]
@@ -41,6 +39,8 @@ pub struct HookCommand {
 pub struct HookGroup {
     /// `None` matches everything (`""`, `"*"` or no matcher).
     matcher: Option<Regex>,
+    /// The matcher as written, for people.
+    pattern: Option<String>,
     /// The hooks of the group.
     pub hooks: Vec<HookCommand>,
 }
@@ -91,19 +91,12 @@ fn command_type() -> String {
 }
 
 impl HookSettings {
-    /// The user's settings (`~/.config/agent/settings.json`) and the project's
-    /// (`.agent/settings.json`, `.agent/settings.local.json` under `project`), merged.
-    pub fn load(project: Option<&Path>) -> Result<HookSettings, HookSettingsError> {
-        let mut files = Vec::new();
-        if let Some(dir) = dirs::config_dir() {
-            files.push(dir.join("agent/settings.json"));
-        }
-        if let Some(project) = project {
-            files.extend(PROJECT_SETTINGS_FILES.iter().map(|f| project.join(f)));
-        }
+    /// The user's settings (`~/.config/agent/settings.json`); a project's are added by
+    /// `project::assemble`, only when the project is trusted.
+    pub fn load_user() -> Result<HookSettings, HookSettingsError> {
         let mut settings = HookSettings::default();
-        for file in files.iter().filter(|f| f.is_file()) {
-            settings.merge_file(file)?;
+        if let Some(file) = dirs::config_dir().map(|d| d.join("agent/settings.json")).filter(|f| f.is_file()) {
+            settings.merge_file(&file)?;
         }
         Ok(settings)
     }
@@ -137,8 +130,12 @@ impl HookSettings {
                 invalid(format!("hooks.{event_name}: {e} (expected a list of {{\"matcher\", \"hooks\"}})"))
             })?;
             for group in groups {
-                let matcher = match group.matcher.as_deref().map(str::trim) {
+                let pattern = match group.matcher.as_deref().map(str::trim) {
                     None | Some("") | Some("*") => None,
+                    Some(pattern) => Some(pattern.to_string()),
+                };
+                let matcher = match &pattern {
+                    None => None,
                     Some(pattern) => Some(
                         Regex::new(&format!("^(?:{pattern})$"))
                             .map_err(|e| invalid(format!("hooks.{event_name}: matcher `{pattern}`: {e}")))?,
@@ -166,7 +163,7 @@ impl HookSettings {
                     };
                     hooks.push(HookCommand { command, timeout, source: source.to_path_buf() });
                 }
-                self.groups.push((event, HookGroup { matcher, hooks }));
+                self.groups.push((event, HookGroup { matcher, pattern, hooks }));
             }
         }
         Ok(())
@@ -192,6 +189,11 @@ impl HookSettings {
             }
         }
         out
+    }
+
+    /// Every hook with its event and matcher as written (`None`: every call), in order.
+    pub fn entries(&self) -> impl Iterator<Item = (HookEvent, Option<&str>, &HookCommand)> {
+        self.groups.iter().flat_map(|(e, g)| g.hooks.iter().map(move |h| (*e, g.pattern.as_deref(), h)))
     }
 
     /// How many hooks each event has, for `/hooks` and start-up notes.

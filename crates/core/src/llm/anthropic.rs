@@ -268,8 +268,9 @@ impl ModelBackend for AnthropicBackend {
             let outcome = tokio::select! {
                 biased;
                 _ = cancel.cancelled() => return Err(LlmError::Cancelled),
-                outcome = self.attempt(&body) => outcome?,
+                outcome = self.attempt(&body) => outcome.map_err(|e| e.redact(Some(&self.api_key)))?,
             };
+            let outcome = outcome.map_err(|(e, retry_after)| (e.redact(Some(&self.api_key)), retry_after));
             match outcome {
                 Ok(resp) => {
                     on_delta(&resp.text);

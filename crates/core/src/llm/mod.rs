@@ -65,6 +65,23 @@ pub enum LlmError {
     Other(String),
 }
 
+impl LlmError {
+    /// The error with every occurrence of `secret` (an API key) replaced: a server or
+    /// proxy that echoes the request's headers in its error body must not carry the key
+    /// into logs, trajectories or saved sessions.
+    pub fn redact(self, secret: Option<&str>) -> LlmError {
+        let Some(secret) = secret.filter(|s| s.len() >= 4) else { return self };
+        let r = |s: String| s.replace(secret, "[redacted]");
+        match self {
+            LlmError::Unreachable { url, reason } => LlmError::Unreachable { url, reason: r(reason) },
+            LlmError::Http { url, status, body } => LlmError::Http { url, status, body: r(body) },
+            LlmError::BadResponse { url, reason } => LlmError::BadResponse { url, reason: r(reason) },
+            LlmError::Other(text) => LlmError::Other(r(text)),
+            other => other,
+        }
+    }
+}
+
 /// A streaming chat model.
 #[async_trait]
 pub trait ModelBackend: Send + Sync {

@@ -90,7 +90,12 @@ pub fn read_mcp_json(project: &Path) -> Result<BTreeMap<String, McpServerConfig>
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(BTreeMap::new()),
         Err(e) => return Err(McpError::File { path: path.display().to_string(), reason: e.to_string() }),
     };
-    let file: McpJson = serde_json::from_str(&text)
+    parse_mcp_json(&text, &path)
+}
+
+/// The servers of a `.mcp.json` document; `path` names it in errors.
+pub fn parse_mcp_json(text: &str, path: &Path) -> Result<BTreeMap<String, McpServerConfig>, McpError> {
+    let file: McpJson = serde_json::from_str(text)
         .map_err(|e| McpError::File { path: path.display().to_string(), reason: e.to_string() })?;
     let mut out = BTreeMap::new();
     for (name, value) in file.servers {

@@ -6,32 +6,37 @@
 //! The protocol is spoken here rather than through the official SDK (`rmcp`): rmcp 3
 //! turns on serde's `rc` feature, which rebuilds the whole dependency tree (mistral.rs
 //! included) differently, and its HTTP client is a second reqwest; the client needs
-//! only `initialize`, `tools/list` and `tools/call` over a byte stream or HTTP.
+//! only `initialize`, `tools/list`, `tools/call` and the servers' notice that their
+//! tools changed, over a byte stream or HTTP.
 
 mod config;
 mod http;
 mod rpc;
+mod server;
+mod sse;
 mod tools;
 
-use std::collections::BTreeMap;
+#[cfg(test)]
+mod test_http;
+#[cfg(test)]
+mod tests;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::atomic::Ordering;
 use std::sync::Mutex;
 use std::time::Duration;
 
 use serde_json::{json, Map, Value};
 
-use crate::tools::ToolSpec;
-use agent_sandbox::{Sandbox, StderrTail};
+use crate::tools::{ToolSpec, ToolSpecs};
+use agent_sandbox::Sandbox;
 
-pub use config::{read_mcp_json, valid_server_name, McpServerConfig, McpTransport, PROJECT_MCP_FILE};
+pub use config::{parse_mcp_json, read_mcp_json, valid_server_name, McpServerConfig, McpTransport, PROJECT_MCP_FILE};
 pub use tools::{identifier, result_text, tool_spec};
 
 use http::HttpRpc;
 use rpc::StdioRpc;
-
-/// The protocol revision asked for (servers answer with the one they speak).
-const PROTOCOL_VERSION: &str = "2025-11-25";
-/// How long starting a server and listing its tools may take.
-const START_TIMEOUT: Duration = Duration::from_secs(60);
+use server::{Connection, Process, Server};
 
 /// Why MCP servers could not be configured.
 #[derive(Debug, thiserror::Error)]
@@ -54,29 +59,14 @@ pub struct McpServerStatus {
     pub tools: Vec<String>,
 }
 
-enum Connection {
-    Stdio { rpc: StdioRpc, sandbox: Sandbox, exec_id: String, stderr: StderrTail },
-    Http(HttpRpc),
-}
-
-struct Server {
-    name: String,
-    transport: String,
-    conn: Option<Connection>,
-    /// Why it failed to start, or why it stopped.
-    failure: Mutex<Option<String>>,
-    /// (spec, the server's own tool name).
-    tools: Vec<(ToolSpec, String)>,
-    call_timeout: Duration,
-    /// Whether the handshake succeeded.
-    started: bool,
-}
-
 /// The MCP servers of one session.
 #[derive(Default)]
 pub struct McpHub {
     servers: Vec<Server>,
     notices: Mutex<Vec<String>>,
+    /// Every tool name the servers have offered, so that [`McpHub::respec`] can take
+    /// the ones that are gone out of a set of specs.
+    offered: Mutex<BTreeSet<String>>,
 }
 
 impl std::fmt::Debug for McpHub {
@@ -93,17 +83,76 @@ impl McpHub {
         call_timeout: Duration,
     ) -> McpHub {
         let starts = servers.iter().map(|(name, cfg)| start_server(sandbox, name, cfg, call_timeout));
-        let servers: Vec<Server> = futures_util::future::join_all(starts).await;
+        McpHub::of(futures_util::future::join_all(starts).await)
+    }
+
+    /// A hub of servers already started (or failed).
+    fn of(servers: Vec<Server>) -> McpHub {
         let notices = servers
             .iter()
             .filter_map(|s| s.failure().map(|f| format!("MCP server `{}` failed to start: {f}", s.name)))
             .collect();
-        McpHub { servers, notices: Mutex::new(notices) }
+        let hub = McpHub { servers, notices: Mutex::new(notices), offered: Mutex::default() };
+        hub.remember_offered();
+        hub
     }
 
     /// The specs of every running server's tools.
     pub fn specs(&self) -> Vec<ToolSpec> {
-        self.servers.iter().flat_map(|s| s.tools.iter().map(|(spec, _)| spec.clone())).collect()
+        self.servers.iter().flat_map(|s| s.tools().into_iter().map(|(spec, _)| spec)).collect()
+    }
+
+    /// Whether a server said that its tools changed since [`McpHub::refresh_tools`]
+    /// last fetched them.
+    pub fn tools_changed(&self) -> bool {
+        self.servers.iter().any(|s| s.started && s.failure().is_none() && s.tools_changed.load(Ordering::SeqCst))
+    }
+
+    /// Fetches `tools/list` again from every server that said its tools changed
+    /// (`notifications/tools/list_changed`); whether any server's tools now differ, in
+    /// which case the caller takes the new ones with [`McpHub::respec`] before the
+    /// model's next turn. A failed fetch keeps the old tools and is reported through
+    /// [`McpHub::take_notices`].
+    pub async fn refresh_tools(&self) -> bool {
+        let fetches = self.servers.iter().map(|s| async move { (s, s.refresh().await) });
+        let mut changed = false;
+        for (server, outcome) in futures_util::future::join_all(fetches).await {
+            match outcome {
+                Ok(c) => changed |= c,
+                Err(e) => self.note(format!(
+                    "MCP server `{}` said its tools changed, but listing them failed: {e}; its earlier tools stay offered",
+                    server.name
+                )),
+            }
+        }
+        if changed {
+            self.remember_offered();
+        }
+        changed
+    }
+
+    /// `specs` with the servers' tools as they are now: every tool a server offered
+    /// before is taken out and the current ones added after the others; a tool whose
+    /// name is taken is left out and named in the messages returned.
+    pub fn respec(&self, specs: &ToolSpecs) -> (ToolSpecs, Vec<String>) {
+        let offered = self.offered.lock().map(|o| o.clone()).unwrap_or_default();
+        let mut all: Vec<ToolSpec> = specs.iter().filter(|s| !offered.contains(&s.name)).cloned().collect();
+        let mut notices = Vec::new();
+        for spec in self.specs() {
+            if all.iter().any(|s| s.name == spec.name) {
+                notices.push(format!("the MCP tool `{}` is left out: another tool has that name", spec.name));
+                continue;
+            }
+            all.push(spec);
+        }
+        (ToolSpecs::from_specs(all).unwrap_or_else(|| specs.clone()), notices)
+    }
+
+    fn remember_offered(&self) {
+        let names: Vec<String> = self.specs().into_iter().map(|s| s.name).collect();
+        if let Ok(mut o) = self.offered.lock() {
+            o.extend(names);
+        }
     }
 
     /// Whether `tool` is one of the servers' tools.
@@ -111,10 +160,10 @@ impl McpHub {
         self.find(tool).is_some()
     }
 
-    fn find(&self, tool: &str) -> Option<(&Server, &str)> {
+    fn find(&self, tool: &str) -> Option<(&Server, String)> {
         self.servers
             .iter()
-            .find_map(|s| s.tools.iter().find(|(spec, _)| spec.name == tool).map(|(_, orig)| (s, orig.as_str())))
+            .find_map(|s| s.tools().into_iter().find(|(spec, _)| spec.name == tool).map(|(_, original)| (s, original)))
     }
 
     /// Calls a tool; the text for the model and whether it failed. A server that
@@ -174,7 +223,7 @@ impl McpHub {
                     (Some(f), true) => format!("stopped: {f}"),
                     (None, _) => "running".into(),
                 },
-                tools: s.tools.iter().map(|(spec, _)| spec.name.clone()).collect(),
+                tools: s.tools().into_iter().map(|(spec, _)| spec.name).collect(),
             })
             .collect()
     }
@@ -185,144 +234,47 @@ impl McpHub {
     }
 }
 
-impl Server {
-    fn failure(&self) -> Option<String> {
-        self.failure.lock().ok().and_then(|f| f.clone())
-    }
-
-    async fn request(&self, method: &str, params: Value, timeout: Duration) -> Result<Value, String> {
-        match &self.conn {
-            Some(Connection::Stdio { rpc, .. }) => rpc.request(method, params, timeout).await,
-            Some(Connection::Http(rpc)) => rpc.request(method, params, timeout).await,
-            None => Err("not connected".into()),
-        }
-    }
-
-    async fn notify(&self, method: &str, params: Value) -> Result<(), String> {
-        match &self.conn {
-            Some(Connection::Stdio { rpc, .. }) => rpc.notify(method, params).await,
-            Some(Connection::Http(rpc)) => rpc.notify(method, params).await,
-            None => Err("not connected".into()),
-        }
-    }
-
-    /// Why a stdio server's output ended (with its exit code and last stderr), once it
-    /// has; records it as the server's failure.
-    async fn stopped(&self) -> Option<String> {
-        let Some(Connection::Stdio { rpc, sandbox, exec_id, stderr }) = &self.conn else { return None };
-        rpc.closed()?;
-        let mut why = match sandbox.exec_exit_code(exec_id).await {
-            Some(code) => format!("it exited with code {code}"),
-            None => "its output ended".to_string(),
-        };
-        let tail = stderr.text();
-        if !tail.is_empty() {
-            let last: Vec<&str> = tail.lines().rev().take(3).collect::<Vec<_>>().into_iter().rev().collect();
-            why.push_str(&format!(" ({})", last.join(" / ")));
-        }
-        if let Ok(mut f) = self.failure.lock() {
-            *f = Some(why.clone());
-        }
-        Some(why)
-    }
-}
-
 /// Starts one server: connect, `initialize`, `tools/list`. Failures are kept in the
 /// server's state.
 async fn start_server(sandbox: &Sandbox, name: &str, cfg: &McpServerConfig, default_timeout: Duration) -> Server {
     let call_timeout = cfg.tool_timeout_secs.map(Duration::from_secs).unwrap_or(default_timeout);
-    let mut server = Server {
-        name: name.to_string(),
-        transport: String::new(),
-        conn: None,
-        failure: Mutex::new(None),
-        tools: Vec::new(),
-        call_timeout,
-        started: false,
-    };
-    let fail = |server: Server, why: String| {
-        if let Ok(mut f) = server.failure.lock() {
-            *f = Some(why);
-        }
-        server
-    };
+    let mut server = Server::new(name, call_timeout);
     if !valid_server_name(name) {
-        return fail(server, "the name must be letters, digits, `-` and `_`, without `__`".into());
+        return server.fail("the name must be letters, digits, `-` and `_`, without `__`".into());
     }
     let transport = match cfg.transport(name) {
         Ok(t) => t,
-        Err(McpError::Config { reason, .. }) => return fail(server, reason),
-        Err(e) => return fail(server, e.to_string()),
+        Err(McpError::Config { reason, .. }) => return server.fail(reason),
+        Err(e) => return server.fail(e.to_string()),
     };
     server.conn = match transport {
         McpTransport::Stdio { argv, env } => {
             server.transport = format!("stdio: {}", argv.join(" "));
             match sandbox.exec_stdio(&argv, &env).await {
                 Ok(io) => Some(Connection::Stdio {
-                    rpc: StdioRpc::new(io.reader, io.writer),
-                    sandbox: sandbox.clone(),
-                    exec_id: io.exec_id,
-                    stderr: io.stderr,
+                    rpc: StdioRpc::new(io.reader, io.writer, server.tools_changed.clone()),
+                    process: Some(Box::new(Process {
+                        sandbox: sandbox.clone(),
+                        exec_id: io.exec_id,
+                        stderr: io.stderr,
+                    })),
                 }),
-                Err(e) => return fail(server, e.to_string()),
+                Err(e) => return server.fail(e.to_string()),
             }
         }
         McpTransport::Http { url, headers } => {
             server.transport = format!("http: {url}");
             let (url, headers) = match in_sandbox(sandbox, &url, headers).await {
                 Ok(x) => x,
-                Err(e) => return fail(server, e),
+                Err(e) => return server.fail(e),
             };
-            match HttpRpc::new(url, headers) {
+            match HttpRpc::new(url, headers, server.tools_changed.clone()) {
                 Ok(rpc) => Some(Connection::Http(rpc)),
-                Err(e) => return fail(server, e),
+                Err(e) => return server.fail(e),
             }
         }
     };
-    match initialize(&server).await {
-        Ok(tools) => {
-            server.tools = tools
-                .iter()
-                .filter_map(|t| Some((tool_spec(name, t)?, t.get("name")?.as_str()?.to_string())))
-                .collect();
-            server.started = true;
-            server
-        }
-        Err(e) => {
-            let why = server.stopped().await.unwrap_or(e);
-            fail(server, why)
-        }
-    }
-}
-
-/// The handshake and the list of tools (all pages).
-async fn initialize(server: &Server) -> Result<Vec<Value>, String> {
-    let params = json!({
-        "protocolVersion": PROTOCOL_VERSION,
-        "capabilities": {},
-        "clientInfo": {"name": "agent", "version": env!("CARGO_PKG_VERSION")},
-    });
-    let init = server.request("initialize", params, START_TIMEOUT).await?;
-    if let (Some(Connection::Http(rpc)), Some(v)) = (&server.conn, init.get("protocolVersion").and_then(Value::as_str))
-    {
-        rpc.set_version(v);
-    }
-    server.notify("notifications/initialized", json!({})).await?;
-    let mut tools = Vec::new();
-    let mut cursor: Option<String> = None;
-    for _ in 0..100 {
-        let params = match &cursor {
-            Some(c) => json!({"cursor": c}),
-            None => json!({}),
-        };
-        let page = server.request("tools/list", params, START_TIMEOUT).await?;
-        tools.extend(page.get("tools").and_then(Value::as_array).cloned().unwrap_or_default());
-        cursor = page.get("nextCursor").and_then(Value::as_str).map(str::to_string);
-        if cursor.is_none() {
-            break;
-        }
-    }
-    Ok(tools)
+    server.start().await
 }
 
 /// An HTTP server's URL as the sandbox sees it: `localhost` (and `127.0.0.1`) is the

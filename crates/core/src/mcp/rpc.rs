@@ -1,8 +1,9 @@
 //! JSON-RPC 2.0 over MCP's stdio framing (one JSON message per line): requests matched
-//! to their responses by id, the server's pings answered, the end of its output noticed.
+//! to their responses by id, the server's pings answered, its notifications noted, the
+//! end of its output noticed.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -13,6 +14,8 @@ use tokio::task::JoinHandle;
 
 /// The longest line read from a server (a huge tool result is still one line).
 const MAX_LINE: usize = 16 << 20;
+/// The notification a server sends when its tools changed.
+pub const TOOLS_LIST_CHANGED: &str = "notifications/tools/list_changed";
 
 type Pending = Arc<Mutex<HashMap<u64, oneshot::Sender<Result<Value, String>>>>>;
 type Writer = Arc<tokio::sync::Mutex<std::pin::Pin<Box<dyn AsyncWrite + Send>>>>;
@@ -28,15 +31,17 @@ pub struct StdioRpc {
 }
 
 impl StdioRpc {
-    /// Starts reading `reader`; requests are written to `writer`.
+    /// Starts reading `reader`; requests are written to `writer`; `tools_changed` is
+    /// set when the server says that its tools changed.
     pub fn new(
         reader: impl AsyncRead + Send + Unpin + 'static,
         writer: std::pin::Pin<Box<dyn AsyncWrite + Send>>,
+        tools_changed: Arc<AtomicBool>,
     ) -> Self {
         let writer: Writer = Arc::new(tokio::sync::Mutex::new(writer));
         let pending: Pending = Arc::default();
         let closed: Arc<Mutex<Option<String>>> = Arc::default();
-        let task = read_loop(BufReader::new(reader), writer.clone(), pending.clone(), closed.clone());
+        let task = read_loop(BufReader::new(reader), writer.clone(), pending.clone(), closed.clone(), tools_changed);
         Self { writer, pending, next_id: AtomicU64::new(1), closed, reader: tokio::spawn(task) }
     }
 
@@ -107,6 +112,7 @@ async fn read_loop(
     writer: Writer,
     pending: Pending,
     closed: Arc<Mutex<Option<String>>>,
+    tools_changed: Arc<AtomicBool>,
 ) {
     let mut line = Vec::new();
     let why = loop {
@@ -121,7 +127,7 @@ async fn read_loop(
             tracing::debug!("mcp: not a JSON-RPC message: {}", String::from_utf8_lossy(&line).trim());
             continue;
         };
-        dispatch(msg, &writer, &pending).await;
+        dispatch(msg, &writer, &pending, &tools_changed).await;
     };
     if let Ok(mut c) = closed.lock() {
         *c = Some(why.clone());
@@ -141,9 +147,17 @@ pub fn outcome(msg: &Value) -> Result<Value, String> {
     }
 }
 
+/// Notes a notification from the server: a changed tool list sets `tools_changed` (the
+/// list is fetched again before the model's next turn); others do not matter here.
+pub fn note_notification(msg: &Value, tools_changed: &AtomicBool) {
+    if msg.get("id").is_none() && msg.get("method").and_then(Value::as_str) == Some(TOOLS_LIST_CHANGED) {
+        tools_changed.store(true, Ordering::SeqCst);
+    }
+}
+
 /// Routes one message: a response to its waiter, a request from the server answered
-/// (`ping`; nothing else is offered), a notification dropped.
-async fn dispatch(msg: Value, writer: &Writer, pending: &Pending) {
+/// (`ping`; nothing else is offered), a notification noted.
+async fn dispatch(msg: Value, writer: &Writer, pending: &Pending, tools_changed: &AtomicBool) {
     let method = msg.get("method").and_then(Value::as_str);
     match (method, msg.get("id")) {
         (None, Some(id)) => {
@@ -161,6 +175,7 @@ async fn dispatch(msg: Value, writer: &Writer, pending: &Pending) {
             };
             let _ = write_line(writer, &answer).await;
         }
-        _ => {}
+        (Some(_), None) => note_notification(&msg, tools_changed),
+        (None, None) => {}
     }
 }

@@ -7,8 +7,9 @@ use tokio_util::sync::CancellationToken;
 
 use super::hooks::ToolGate;
 use super::{plan, race, Session};
+use crate::episode::swap_tool_section;
 use crate::episode::trajectory::ObservationRecord;
-use crate::tools::Action;
+use crate::tools::{Action, ToolFormat};
 use agent_protocol::{ApprovalDecision, ApprovalMode, Event, Op};
 
 impl Session {
@@ -149,6 +150,19 @@ impl Session {
     pub(super) async fn report_mcp(&mut self) {
         let Some(mcp) = self.executor.mcp().cloned() else { return };
         mcp.check().await;
+        // A server said its tools changed: the model's next turn sees the new list.
+        if mcp.tools_changed() && mcp.refresh_tools().await {
+            let (specs, notices) = mcp.respec(&self.specs);
+            let format = self.cfg.tool_format;
+            self.cfg.system_prompt = swap_tool_section(&self.cfg.system_prompt, &self.specs, &specs, format);
+            if format == ToolFormat::Native {
+                self.tools = specs.definitions();
+            }
+            self.specs = specs;
+            for message in notices {
+                self.emit(Event::Notice { message });
+            }
+        }
         for message in mcp.take_notices() {
             self.emit(Event::Notice { message });
         }

@@ -158,7 +158,11 @@ impl ModelBackend for OpenAiBackend {
         let prompt_estimate: u64 = request.messages.iter().map(|m| estimate_tokens(&m.content)).sum();
         let mut retries = 0;
         loop {
-            match self.attempt(&body, prompt_estimate, on_delta, cancel).await {
+            match self
+                .attempt(&body, prompt_estimate, on_delta, cancel)
+                .await
+                .map_err(|f| f.redact(self.api_key.as_deref()))
+            {
                 Ok(resp) => return Ok(resp),
                 Err(Failure::Fatal(error)) => return Err(error),
                 Err(Failure::Retryable { error, retry_after }) => {

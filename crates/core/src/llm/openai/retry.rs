@@ -19,6 +19,18 @@ pub(super) enum Failure {
     Fatal(LlmError),
 }
 
+impl Failure {
+    /// The failure with the API key taken out of its text (see [`LlmError::redact`]).
+    pub(super) fn redact(self, secret: Option<&str>) -> Failure {
+        match self {
+            Failure::Retryable { error, retry_after } => {
+                Failure::Retryable { error: error.redact(secret), retry_after }
+            }
+            Failure::Fatal(error) => Failure::Fatal(error.redact(secret)),
+        }
+    }
+}
+
 impl OpenAiBackend {
     /// The delay before retry number `attempt + 1`.
     pub(super) fn backoff(&self, attempt: u32) -> Duration {

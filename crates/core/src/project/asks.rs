@@ -1,0 +1,417 @@
+//! What a project's agent files ask for, one item each, in plain words: the lines of
+//! the trust dialog, of the notices of a headless run, and the unit that is applied or
+//! dropped. An item `needs_trust` when it would run something on this computer or send
+//! something off it (or loosen the sandbox); the rest (limits, tool format, prompt text,
+//! servers that run inside the sandbox) is applied without asking.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use crate::config::{Config, SandboxSettings};
+use crate::hooks::HookSettings;
+use crate::llm::ModelSpec;
+use crate::mcp::{McpServerConfig, McpTransport};
+
+use super::files::{ProjectFile, ProjectFiles, MCP_FILE};
+
+/// The kind of thing a project asks for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AskKind {
+    /// A model (an endpoint prompts are sent to, or a file loaded on this computer).
+    Model,
+    /// A host variable whose value is sent as the API key.
+    ApiKey,
+    /// A command run on this computer at a session event.
+    Hook,
+    /// An MCP server.
+    McpServer,
+    /// A system prompt that replaces the built-in one.
+    SystemPrompt,
+    /// A sandbox setting that differs from the user's.
+    Sandbox,
+    /// An image substitution.
+    ImageMap,
+    /// Episode limits and the tool format.
+    Limits,
+    /// Custom slash commands (prompt text).
+    Commands,
+    /// A file that was refused or could not be used.
+    Refused,
+}
+
+impl AskKind {
+    /// The name used in JSON (`hook`, `api_key`, ...).
+    pub fn name(self) -> &'static str {
+        match self {
+            AskKind::Model => "model",
+            AskKind::ApiKey => "api_key",
+            AskKind::Hook => "hook",
+            AskKind::McpServer => "mcp_server",
+            AskKind::SystemPrompt => "system_prompt",
+            AskKind::Sandbox => "sandbox",
+            AskKind::ImageMap => "image_map",
+            AskKind::Limits => "limits",
+            AskKind::Commands => "commands",
+            AskKind::Refused => "refused",
+        }
+    }
+}
+
+/// Where an item lives, so that it can be dropped when it is not applied.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Target {
+    /// A key of `.agent/config.toml` (`["sandbox", "image"]`).
+    ConfigKey(Vec<String>),
+    /// Every hook of a settings file.
+    Hooks(String),
+    /// A server of `.mcp.json`.
+    McpJson(String),
+    /// Nothing to drop (shown only).
+    Nothing,
+}
+
+/// One thing the project asks for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Ask {
+    /// What kind of thing.
+    pub kind: AskKind,
+    /// The file that asks (relative to the project).
+    pub file: String,
+    /// What it is, in plain words.
+    pub text: String,
+    /// Whether it runs on this computer, sends data off it or loosens the sandbox.
+    pub needs_trust: bool,
+    pub(crate) target: Target,
+}
+
+impl Ask {
+    fn new(kind: AskKind, file: &str, text: String, needs_trust: bool, target: Target) -> Ask {
+        Ask { kind, file: shown(file), text: shown(&text), needs_trust, target }
+    }
+}
+
+/// The longest line shown for one item; a longer one says how much is left out.
+const MAX_SHOWN_CHARS: usize = 400;
+
+/// `text` made safe to print: the project wrote it, so control characters (an escape
+/// sequence could redraw the terminal, a newline could push a line out of sight) are
+/// shown escaped, long runs of spaces (that would push the rest out of sight) are
+/// counted instead, and a huge value is cut with a note of its length.
+fn shown(text: &str) -> String {
+    let mut out = String::new();
+    let mut spaces = 0usize;
+    let flush = |out: &mut String, spaces: &mut usize| {
+        if *spaces > 8 {
+            out.push_str(&format!(" [{spaces} spaces] "));
+        } else {
+            out.extend(std::iter::repeat_n(' ', *spaces));
+        }
+        *spaces = 0;
+    };
+    for c in text.chars() {
+        if c == ' ' {
+            spaces += 1;
+            continue;
+        }
+        flush(&mut out, &mut spaces);
+        if c.is_control() {
+            out.extend(c.escape_default());
+        } else {
+            out.push(c);
+        }
+    }
+    flush(&mut out, &mut spaces);
+    let total = out.chars().count();
+    if total > MAX_SHOWN_CHARS {
+        let mut cut: String = out.chars().take(MAX_SHOWN_CHARS).collect();
+        cut.push_str(&format!(" … ({} more characters)", total - MAX_SHOWN_CHARS));
+        return cut;
+    }
+    out
+}
+
+/// Everything the project's files ask for; `user` is the user's own configuration (what
+/// the project's settings are compared with).
+pub fn project_asks(files: &ProjectFiles, user: &Config) -> Vec<Ask> {
+    let mut asks = Vec::new();
+    for r in &files.refused {
+        asks.push(Ask::new(
+            AskKind::Refused,
+            &r.rel,
+            format!("{} is refused: {}", r.rel, r.reason),
+            false,
+            Target::Nothing,
+        ));
+    }
+    if let Some(file) = &files.config {
+        config_asks(file, user, &mut asks);
+    }
+    for file in &files.settings {
+        hook_asks(file, &mut asks);
+    }
+    if let Some(file) = &files.mcp_json {
+        match crate::mcp::parse_mcp_json(&file.text, &files.root.join(MCP_FILE)) {
+            Ok(servers) => {
+                for (name, cfg) in &servers {
+                    asks.push(mcp_ask(&file.rel, name, cfg, Target::McpJson(name.to_string())));
+                }
+            }
+            Err(e) => asks.push(invalid(file, e.to_string())),
+        }
+    }
+    if !files.commands.is_empty() {
+        let names: Vec<String> = files.commands.iter().map(|c| format!("/{}", command_name(&c.rel))).collect();
+        asks.push(Ask::new(
+            AskKind::Commands,
+            super::files::COMMANDS_DIR,
+            format!("custom commands (prompt text): {}", names.join(", ")),
+            false,
+            Target::Nothing,
+        ));
+    }
+    asks
+}
+
+/// `.agent/commands/git/commit.md` → `git:commit`.
+pub fn command_name(rel: &str) -> String {
+    let inner = rel.strip_prefix(super::files::COMMANDS_DIR).unwrap_or(rel).trim_start_matches('/');
+    inner.strip_suffix(".md").unwrap_or(inner).replace('/', ":")
+}
+
+fn invalid(file: &ProjectFile, reason: String) -> Ask {
+    // A parse error's first line says where, its last what (the lines between draw a caret).
+    let lines: Vec<&str> = reason.lines().map(str::trim).filter(|l| !l.is_empty()).collect();
+    let what = match (lines.first(), lines.last()) {
+        (Some(a), Some(b)) if a != b => format!("{a}: {b}"),
+        (Some(a), _) => a.to_string(),
+        _ => String::new(),
+    };
+    Ask::new(
+        AskKind::Refused,
+        &file.rel,
+        format!("{} is not valid and is not used: {what}", file.rel),
+        false,
+        Target::Nothing,
+    )
+}
+
+fn key(parts: &[&str]) -> Target {
+    Target::ConfigKey(parts.iter().map(|p| p.to_string()).collect())
+}
+
+fn config_asks(file: &ProjectFile, user: &Config, asks: &mut Vec<Ask>) {
+    let table: toml::Table = match toml::from_str(&file.text) {
+        Ok(t) => t,
+        Err(e) => return asks.push(invalid(file, e.to_string())),
+    };
+    let project: Config = match toml::from_str(&file.text) {
+        Ok(c) => c,
+        Err(e) => return asks.push(invalid(file, e.to_string())),
+    };
+    let f = file.rel.as_str();
+    let mut endpoint = None;
+    if let Some(spec) = &project.model {
+        let (text, sends, trust) = match ModelSpec::parse(spec) {
+            Ok(ModelSpec::Default | ModelSpec::Builtin(_)) => (format!("model: {spec} (built in)"), None, false),
+            Ok(ModelSpec::Scripted(_)) => (format!("model: {spec} (replies read from a file)"), None, false),
+            Ok(ModelSpec::OpenAi { base_url, .. }) => (
+                format!("model endpoint: {spec} — your prompts, the project's code and command output are sent to {base_url}"),
+                Some(base_url),
+                true,
+            ),
+            Ok(ModelSpec::Anthropic { .. }) => (
+                format!("model: {spec} — your prompts and the project's code are sent to Anthropic's API"),
+                Some("Anthropic's API".to_string()),
+                true,
+            ),
+            Ok(ModelSpec::Hf { .. }) => {
+                (format!("model: {spec} — downloaded from the Hugging Face hub and run on this computer"), None, true)
+            }
+            Ok(ModelSpec::Local(path)) => {
+                (format!("model: {} — a model file loaded on this computer", path.display()), None, true)
+            }
+            Err(e) => (format!("model: {spec} (not a valid model spec: {e})"), None, true),
+        };
+        endpoint = sends;
+        asks.push(Ask::new(AskKind::Model, f, text, trust, key(&["model"])));
+    }
+    if let Some(var) = &project.api_key_env {
+        let to = endpoint
+            .or_else(|| user.model.as_deref().and_then(|s| ModelSpec::parse(s).ok()).and_then(endpoint_of))
+            .unwrap_or_else(|| "the model endpoint".into());
+        let yours = user.api_key_env.as_deref() == Some(var.as_str());
+        asks.push(Ask::new(
+            AskKind::ApiKey,
+            f,
+            format!("API key: the value of your variable ${var} is sent to {to}"),
+            !yours,
+            key(&["api_key_env"]),
+        ));
+    }
+    if let Some(prompt) = &project.system_prompt {
+        asks.push(Ask::new(
+            AskKind::SystemPrompt,
+            f,
+            format!("system prompt: replaced by the project's ({} characters)", prompt.chars().count()),
+            true,
+            key(&["system_prompt"]),
+        ));
+    }
+    if let Some(toml::Value::Table(sandbox)) = table.get("sandbox") {
+        for name in sandbox.keys() {
+            if let Some(ask) = sandbox_ask(f, name, &project.sandbox, &user.sandbox) {
+                asks.push(ask);
+            }
+        }
+    }
+    if let Some(toml::Value::Table(map)) = table.get("image_map") {
+        for (pattern, image) in map {
+            let image = image.as_str().unwrap_or_default();
+            let same = user.image_map.lookup(pattern) == Some(image);
+            asks.push(Ask::new(
+                AskKind::ImageMap,
+                f,
+                format!("image map: {pattern} → {image} (an image that may be pulled from a registry)"),
+                !same,
+                key(&["image_map", pattern]),
+            ));
+        }
+    }
+    for (name, cfg) in &project.mcp_servers {
+        asks.push(mcp_ask(f, name, cfg, key(&["mcp_servers", name])));
+    }
+    let mut limits: Vec<String> = Vec::new();
+    if let Some(toml::Value::Table(episode)) = table.get("episode") {
+        limits.extend(episode.iter().map(|(k, v)| format!("{k} = {v}")));
+    }
+    if let Some(v) = table.get("tool_format") {
+        limits.push(format!("tool_format = {v}"));
+    }
+    if !limits.is_empty() {
+        asks.push(Ask::new(AskKind::Limits, f, format!("settings: {}", limits.join(", ")), false, Target::Nothing));
+    }
+}
+
+/// The endpoint a spec sends prompts to, if it sends them anywhere.
+fn endpoint_of(spec: ModelSpec) -> Option<String> {
+    match spec {
+        ModelSpec::OpenAi { base_url, .. } => Some(base_url),
+        ModelSpec::Anthropic { .. } => Some("Anthropic's API".into()),
+        _ => None,
+    }
+}
+
+/// One `[sandbox]` key of the project, compared with the user's value. Tighter limits
+/// and output settings apply freely; anything looser (or another image) needs trust.
+fn sandbox_ask(f: &str, name: &str, p: &SandboxSettings, u: &SandboxSettings) -> Option<Ask> {
+    let (text, trust) = match name {
+        "image" => (
+            format!("sandbox image: {} (yours: {}; it may be pulled from a registry)", p.image, u.image),
+            p.image != u.image,
+        ),
+        "network" => {
+            (format!("sandbox network: {} (yours: {})", on_off(p.network), on_off(u.network)), p.network && !u.network)
+        }
+        "cpus" => (format!("sandbox CPUs: {} (yours: {})", p.cpus, u.cpus), p.cpus > u.cpus),
+        "memory_mb" => {
+            (format!("sandbox memory: {} MiB (yours: {} MiB)", p.memory_mb, u.memory_mb), p.memory_mb > u.memory_mb)
+        }
+        "pids_limit" => {
+            (format!("sandbox processes: {} (yours: {})", p.pids_limit, u.pids_limit), p.pids_limit > u.pids_limit)
+        }
+        "max_output_bytes" => (format!("command output kept: {} bytes", p.max_output_bytes), false),
+        "command_timeout_secs" => (format!("command timeout: {} s", p.command_timeout_secs), false),
+        _ => return None,
+    };
+    Some(Ask::new(AskKind::Sandbox, f, text, trust, key(&["sandbox", name])))
+}
+
+fn on_off(b: bool) -> &'static str {
+    if b {
+        "on"
+    } else {
+        "off"
+    }
+}
+
+/// A server run in the sandbox applies freely; one this computer connects to needs trust.
+fn mcp_ask(f: &str, name: &str, cfg: &McpServerConfig, target: Target) -> Ask {
+    match cfg.transport(name) {
+        Ok(McpTransport::Stdio { argv, .. }) => Ask::new(
+            AskKind::McpServer,
+            f,
+            format!("MCP server `{name}`: runs `{}` inside the sandbox", argv.join(" ")),
+            false,
+            target,
+        ),
+        Ok(McpTransport::Http { url, headers }) if sandbox_url(&url) => Ask::new(
+            AskKind::McpServer,
+            f,
+            format!("MCP server `{name}`: {url} inside the sandbox{}", header_note(&headers)),
+            false,
+            target,
+        ),
+        Ok(McpTransport::Http { url, headers }) => Ask::new(
+            AskKind::McpServer,
+            f,
+            format!("MCP server `{name}`: this computer connects to {url}{}", header_note(&headers)),
+            true,
+            target,
+        ),
+        Err(e) => Ask::new(AskKind::McpServer, f, format!("MCP server `{name}`: {e}"), true, target),
+    }
+}
+
+fn header_note(headers: &[(String, String)]) -> String {
+    if headers.is_empty() {
+        String::new()
+    } else {
+        let names: Vec<&str> = headers.iter().map(|(k, _)| k.as_str()).collect();
+        format!(" (with the headers {})", names.join(", "))
+    }
+}
+
+/// Whether an MCP URL names the sandbox (`localhost` there is the sandbox container).
+fn sandbox_url(url: &str) -> bool {
+    let rest = url.split_once("://").map_or(url, |(_, r)| r);
+    let authority = rest.split(['/', '?', '#']).next().unwrap_or_default();
+    let host = authority.rsplit_once('@').map_or(authority, |(_, h)| h);
+    let host = if host.starts_with('[') {
+        host.split(']').next().map(|h| format!("{h}]"))
+    } else {
+        host.split(':').next().map(str::to_string)
+    };
+    matches!(host.as_deref(), Some("localhost" | "127.0.0.1" | "[::1]"))
+}
+
+fn hook_asks(file: &ProjectFile, asks: &mut Vec<Ask>) {
+    let mut settings = HookSettings::default();
+    if let Err(e) = settings.merge_json(&file.text, std::path::Path::new(&file.rel)) {
+        return asks.push(invalid(file, e.to_string()));
+    }
+    for (event, matcher, hook) in settings.entries() {
+        let on = match matcher {
+            Some(m) => format!("{} ({m})", event.name()),
+            None => event.name().to_string(),
+        };
+        asks.push(Ask::new(
+            AskKind::Hook,
+            &file.rel,
+            format!("hook on {on}: runs `{}` on this computer", hook.command),
+            true,
+            Target::Hooks(file.rel.clone()),
+        ));
+    }
+}
+
+/// The servers of the project's `.mcp.json`, parsed (empty when it has none or it is
+/// invalid: [`project_asks`] reports that).
+pub(crate) fn mcp_json_servers(files: &ProjectFiles) -> BTreeMap<String, McpServerConfig> {
+    files
+        .mcp_json
+        .as_ref()
+        .and_then(|f| crate::mcp::parse_mcp_json(&f.text, &files.root.join(MCP_FILE)).ok())
+        .unwrap_or_default()
+}

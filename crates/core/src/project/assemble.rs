@@ -1,0 +1,132 @@
+//! The settings a session runs with: the user's, with as much of the project's laid over
+//! them as the trust decision allows. The one place a project's files take effect.
+
+use std::collections::BTreeMap;
+
+use crate::config::{merge_tables, Config, UserConfig};
+use crate::hooks::HookSettings;
+use crate::mcp::McpServerConfig;
+
+use super::asks::{mcp_json_servers, project_asks, Ask, AskKind, Target};
+use super::files::{ProjectFile, ProjectFiles};
+use super::ProjectError;
+
+/// How much of the project's settings a session uses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Apply {
+    /// Everything (the project is trusted, for good or for this session).
+    All,
+    /// Only what runs nowhere but in the sandbox and sends nothing anywhere (an
+    /// untrusted project in a headless run).
+    SafeOnly,
+    /// None of it ("open without the project's settings").
+    Nothing,
+}
+
+/// The settings of a session in a project.
+#[derive(Debug, Clone)]
+pub struct ProjectSettings {
+    /// The configuration.
+    pub config: Config,
+    /// The user's hooks, and the project's when it is trusted.
+    pub hooks: HookSettings,
+    /// MCP servers: the config's and the project's `.mcp.json` (a name in both: the config's).
+    pub mcp_servers: BTreeMap<String, McpServerConfig>,
+    /// The project's custom commands in use.
+    pub commands: Vec<ProjectFile>,
+    /// Everything the project's files ask for.
+    pub asks: Vec<Ask>,
+    /// What they ask for and is not used (refused files are in `asks` only).
+    pub ignored: Vec<Ask>,
+    /// How much was applied.
+    pub apply: Apply,
+}
+
+impl ProjectSettings {
+    /// The files refused, as lines for the user.
+    pub fn refused(&self) -> impl Iterator<Item = &Ask> {
+        self.asks.iter().filter(|a| a.kind == AskKind::Refused)
+    }
+}
+
+/// The user's settings with the project's laid over them as `apply` allows.
+pub fn assemble(user: &UserConfig, files: &ProjectFiles, apply: Apply) -> Result<ProjectSettings, ProjectError> {
+    let asks = project_asks(files, &user.config);
+    let dropped = |a: &Ask| match apply {
+        Apply::All => false,
+        Apply::SafeOnly => a.needs_trust,
+        Apply::Nothing => true,
+    };
+    let ignored: Vec<Ask> = asks.iter().filter(|a| a.kind != AskKind::Refused && dropped(a)).cloned().collect();
+
+    let mut table = user.table.clone();
+    let mut source = user.path.clone().unwrap_or_else(|| "the default configuration".into());
+    if let (Some(file), false) = (&files.config, apply == Apply::Nothing) {
+        let path = files.root.join(&file.rel);
+        match toml::from_str::<toml::Table>(&file.text) {
+            Ok(mut project) => {
+                for a in asks.iter().filter(|a| dropped(a)) {
+                    if let Target::ConfigKey(key) = &a.target {
+                        remove_key(&mut project, key);
+                    }
+                }
+                merge_tables(&mut table, project);
+                source = path;
+            }
+            // Trusted, a broken file is the user's to fix; untrusted, it is not used
+            // (the asks say so) and must not keep the user from working.
+            Err(e) if apply == Apply::All => {
+                return Err(crate::config::ConfigError::Parse {
+                    path: path.display().to_string(),
+                    reason: e.to_string(),
+                }
+                .into())
+            }
+            Err(_) => {}
+        }
+    }
+    let config = match Config::from_table(table, &source) {
+        Ok(c) => c,
+        Err(e) if apply == Apply::All => return Err(e.into()),
+        // An untrusted project's values that the types or limits refuse: without them.
+        Err(_) => user.config.clone(),
+    };
+
+    let mut hooks = HookSettings::load_user()?;
+    if apply == Apply::All {
+        for file in &files.settings {
+            hooks.merge_json(&file.text, &files.root.join(&file.rel))?;
+        }
+    }
+
+    let mut mcp_servers = match (apply, &files.mcp_json) {
+        (Apply::Nothing, _) | (_, None) => BTreeMap::new(),
+        // Trusted: a broken `.mcp.json` is an error, as a broken config is.
+        (Apply::All, Some(f)) => crate::mcp::parse_mcp_json(&f.text, &files.root.join(&f.rel))?,
+        (Apply::SafeOnly, Some(_)) => {
+            let mut servers = mcp_json_servers(files);
+            servers.retain(|name, _| {
+                !asks.iter().any(|a| dropped(a) && matches!(&a.target, Target::McpJson(n) if n == name))
+            });
+            servers
+        }
+    };
+    mcp_servers.extend(config.mcp_servers.clone());
+    let commands = if apply == Apply::Nothing { Vec::new() } else { files.commands.clone() };
+    Ok(ProjectSettings { config, hooks, mcp_servers, commands, asks, ignored, apply })
+}
+
+/// Removes `key` (a path of table names) from `table`.
+fn remove_key(table: &mut toml::Table, key: &[String]) {
+    match key {
+        [] => {}
+        [last] => {
+            table.remove(last);
+        }
+        [first, rest @ ..] => {
+            if let Some(toml::Value::Table(inner)) = table.get_mut(first) {
+                remove_key(inner, rest);
+            }
+        }
+    }
+}

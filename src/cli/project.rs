@@ -1,0 +1,75 @@
+//! The project's settings for each command: the user's configuration with the project's
+//! laid over it as far as the user's trust allows (see `agent_core::project`). Headless
+//! commands never ask: a trusted project (or `--trust-project`) gets everything, any
+//! other only what runs in the sandbox and sends nothing off this computer.
+
+use std::path::PathBuf;
+
+use anyhow::Context;
+
+use agent_core::config::UserConfig;
+use agent_core::project::{assemble, Project, ProjectSettings, TrustStore};
+use agent_protocol::{Event, IgnoredSetting};
+
+/// What a headless command starts from.
+pub struct Headless {
+    /// The project folder (the current directory).
+    pub dir: PathBuf,
+    /// The settings to use.
+    pub settings: ProjectSettings,
+}
+
+impl Headless {
+    /// The event naming the project's settings that are not used, if any.
+    pub fn ignored_event(&self) -> Option<Event> {
+        ignored_event(&self.dir, &self.settings, HEADLESS_HINT)
+    }
+
+    /// Lines for the user about refused files.
+    pub fn refused_notices(&self) -> Vec<String> {
+        self.settings.refused().map(|a| a.text.clone()).collect()
+    }
+
+    /// Prints the ignored settings and refused files on stderr (commands without an
+    /// event stream).
+    pub fn announce(&self) {
+        for n in self.refused_notices() {
+            eprintln!("● {n}");
+        }
+        if let Some(Event::ProjectSettingsIgnored { project, ignored, hint }) = self.ignored_event() {
+            eprintln!("● not used, because the project {project} is not trusted:");
+            for i in ignored {
+                eprintln!("    - {} ({})", i.what, i.file);
+            }
+            eprintln!("  {hint}");
+        }
+    }
+}
+
+const HEADLESS_HINT: &str =
+    "To use them, trust the project: open `agent` in that folder and choose Trust, or pass --trust-project.";
+
+/// The settings of a headless command run in the current directory.
+pub fn headless(user: &UserConfig, trust_flag: bool) -> anyhow::Result<Headless> {
+    let dir = std::env::current_dir().context("cannot read the current directory")?;
+    let store = TrustStore::load()?;
+    let project = Project::open(&dir, user, &store)?;
+    let settings = assemble(user, &project.files, project.headless_apply(trust_flag))?;
+    Ok(Headless { dir: project.files.root, settings })
+}
+
+/// The event naming what `settings` leaves out of the project in `dir`, if anything.
+pub fn ignored_event(dir: &std::path::Path, settings: &ProjectSettings, hint: &str) -> Option<Event> {
+    if settings.ignored.is_empty() {
+        return None;
+    }
+    Some(Event::ProjectSettingsIgnored {
+        project: dir.display().to_string(),
+        ignored: settings
+            .ignored
+            .iter()
+            .map(|a| IgnoredSetting { kind: a.kind.name().into(), file: a.file.clone(), what: a.text.clone() })
+            .collect(),
+        hint: hint.into(),
+    })
+}
