@@ -58,6 +58,14 @@ pub struct TurnRecord {
     /// Native tool calls the backend returned as structured data (APIs, mistral.rs).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub tool_calls: Vec<ToolCall>,
+    /// Why `assistant` is shorter than what the model generated: the reply repeated itself
+    /// and was cut after its first copy (while it streamed, or when the user interrupted it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cut: Option<String>,
+    /// The reply was cut and its sampled token ids left out (with the loss mask): which ids
+    /// made the kept text cannot be told exactly, and a trainer must not learn the repeats.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub token_ids_dropped: bool,
 }
 
 /// Last line of a trajectory.

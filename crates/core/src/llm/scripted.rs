@@ -2,7 +2,8 @@
 //!
 //! The script file is a YAML list; each item is either a string (the reply) or a
 //! mapping `{reply: "...", delay_ms: 500}` whose delay is spread over the streaming of
-//! that reply, so that tests can interrupt mid-generation:
+//! that reply, so that tests can interrupt mid-generation (a reply streams in up to eight
+//! pieces, a long one a few words at a time; cancellation is honoured between pieces):
 //!
 //! ```yaml
 //! - "<bash>\ncmd: ls\n</bash>"
@@ -26,8 +27,13 @@ use tokio_util::sync::CancellationToken;
 use super::{estimate_tokens, ChatRequest, ChatResponse, FinishReason, LlmError, ModelBackend, ToolCall};
 use agent_protocol::TokenUsage;
 
-/// The most chunks one reply is streamed in.
+/// The chunks a short reply is streamed in.
 const MAX_CHUNKS: usize = 8;
+
+/// The most words one chunk of a long reply carries: a long reply streams a few words at a
+/// time, as a model streams tokens, so that a consumer that cancels mid-reply (the loop's
+/// cut of a reply that repeats itself) sees the rest of it not sent, as with a real model.
+const MAX_WORDS_PER_CHUNK: usize = 4;
 
 /// One scripted reply.
 #[derive(Debug, Clone, PartialEq)]
@@ -236,7 +242,8 @@ impl ModelBackend for ScriptedBackend {
             self.next.store(self.replies.len(), Ordering::SeqCst);
             return Err(LlmError::ScriptExhausted { path: self.source.clone(), used: self.replies.len() });
         };
-        let pieces = chunks(&reply.text, MAX_CHUNKS);
+        let words = reply.text.split_whitespace().count();
+        let pieces = chunks(&reply.text, MAX_CHUNKS.max(words.div_ceil(MAX_WORDS_PER_CHUNK)));
         let pause = if pieces.is_empty() { Duration::ZERO } else { reply.delay / pieces.len() as u32 };
         let mut text = String::new();
         let mut finish_reason = FinishReason::Stop;
@@ -379,6 +386,36 @@ mod tests {
         let r = b.chat(&req(), &mut |_: &str| {}, &CancellationToken::new()).await.unwrap();
         assert_eq!(r.text, "after");
         std::fs::remove_dir_all(&dir).ok();
+    }
+
+    #[tokio::test]
+    async fn long_replies_stream_a_few_words_at_a_time_until_cancelled() {
+        let text = "word ".repeat(100);
+        let b = ScriptedBackend::new(vec![text.clone(), text.clone()]);
+        let mut pieces = Vec::new();
+        let r = b.chat(&req(), &mut |s: &str| pieces.push(s.to_string()), &CancellationToken::new()).await.unwrap();
+        assert_eq!(r.text, text);
+        assert_eq!(pieces.len(), 25);
+        assert!(pieces.iter().all(|p| p.split_whitespace().count() <= MAX_WORDS_PER_CHUNK));
+        // A consumer that cancels from its delta callback gets nothing more.
+        let cancel = CancellationToken::new();
+        let mut seen = 0;
+        let r = b
+            .chat(
+                &req(),
+                &mut |_: &str| {
+                    seen += 1;
+                    if seen == 3 {
+                        cancel.cancel();
+                    }
+                },
+                &cancel,
+            )
+            .await
+            .unwrap();
+        assert_eq!(seen, 3);
+        assert_eq!(r.finish_reason, FinishReason::Cancelled);
+        assert_eq!(r.text, "word ".repeat(12));
     }
 
     #[tokio::test]

@@ -46,6 +46,9 @@ pub struct Recording {
     pub segments: Vec<Segment>,
     /// Whether some reply hit the length limit before its end token.
     pub truncated: bool,
+    /// Replies cut because they repeated themselves (their repeats are not trained on).
+    #[serde(default)]
+    pub cut_replies: usize,
     /// The rendered text the last segment's tokens stand for.
     text: String,
 }
@@ -97,6 +100,25 @@ impl PolicyBackend {
     /// What was recorded so far.
     pub fn recording(&self) -> Recording {
         self.record.lock().map(|r| r.clone()).unwrap_or_default()
+    }
+
+    fn decode(&self, ids: &[u32]) -> Result<String, LlmError> {
+        self.tokenizer.decode(ids, false).map_err(|e| LlmError::Other(format!("the policy's tokenizer failed: {e}")))
+    }
+
+    /// The most tokens of `ids` whose text is at most `bytes` long (the text of a prefix
+    /// grows with it, so a binary search finds it).
+    fn longest_prefix_within(&self, ids: &[u32], bytes: usize) -> Result<usize, LlmError> {
+        let (mut lo, mut hi) = (0usize, ids.len());
+        while lo < hi {
+            let mid = (lo + hi).div_ceil(2);
+            if self.decode(&ids[..mid])?.len() <= bytes {
+                lo = mid;
+            } else {
+                hi = mid - 1;
+            }
+        }
+        Ok(lo)
     }
 
     fn encode(&self, text: &str) -> Result<Vec<u32>, LlmError> {
@@ -183,11 +205,23 @@ impl ModelBackend for PolicyBackend {
             }
         }
         .map_err(|e| LlmError::Other(e.to_string()))?;
+        let mut generated = generated;
         let content: Vec<u32> = generated.ids.iter().copied().filter(|t| !self.stop.contains(t)).collect();
-        let text = self
-            .tokenizer
-            .decode(&content, false)
-            .map_err(|e| LlmError::Other(format!("the policy's tokenizer failed: {e}")))?;
+        let mut text = self.decode(&content)?;
+        // A reply that loops is cut here, where the ids are known, so that the record
+        // holds exactly the kept tokens (the loop's own cut could only drop them all).
+        let mut forced_end: Vec<u32> = Vec::new();
+        let mut detector = agent_core::episode::StreamLoopDetector::new();
+        detector.push(&text);
+        if let Some(cut) = detector.finish().cloned() {
+            let keep = self.longest_prefix_within(&content, cut.keep)?;
+            text = self.decode(&content[..keep])?;
+            generated.ids.truncate(keep);
+            generated.logp.truncate(keep);
+            generated.stopped = true;
+            // The end of the turn was not sampled: it is in the sequence, outside the loss.
+            forced_end = self.encode(IM_END)?;
+        }
         on_delta(&text);
         {
             let mut rec = self.record.lock().map_err(|_| LlmError::Other("policy state poisoned".into()))?;
@@ -195,6 +229,11 @@ impl ModelBackend for PolicyBackend {
                 seg.tokens.extend(&generated.ids);
                 seg.mask.extend(std::iter::repeat_n(1u8, generated.ids.len()));
                 seg.sampler_logp.extend(&generated.logp);
+                seg.mask.extend(std::iter::repeat_n(0u8, forced_end.len()));
+                seg.tokens.extend(&forced_end);
+            }
+            if !forced_end.is_empty() {
+                rec.cut_replies += 1;
             }
             rec.text.push_str(&text);
             if generated.stopped {
@@ -229,5 +268,95 @@ mod tests {
         assert_eq!(first.scored_sampler_logp(), Some(vec![-2.0, -3.0]));
         let short = Segment { sampler_logp: vec![-1.0], ..seg };
         assert_eq!(short.scored_sampler_logp(), None);
+    }
+}
+
+#[cfg(test)]
+mod cut_tests {
+    use std::collections::HashMap;
+    use std::sync::{Arc, Mutex};
+
+    use agent_core::llm::{ChatMessage, ChatRequest, ModelBackend, Role};
+    use async_trait::async_trait;
+    use tokenizers::models::wordlevel::WordLevel;
+    use tokenizers::pre_tokenizers::whitespace::WhitespaceSplit;
+    use tokenizers::{AddedToken, Tokenizer};
+    use tokio_util::sync::CancellationToken;
+
+    use super::{PolicyBackend, PolicySampling};
+    use crate::error::TrainError;
+    use crate::model::Qwen3;
+    use crate::rollout::engine::RolloutSampler;
+    use crate::rollout::sampler::{GenerateRequest, Generated};
+
+    /// Answers every request with the same ids.
+    struct Fixed(Mutex<Vec<u32>>);
+
+    #[async_trait]
+    impl RolloutSampler for Fixed {
+        fn submit(&self, request: GenerateRequest) -> Result<(), TrainError> {
+            let ids = self.0.lock().unwrap().clone();
+            let logp = ids.iter().map(|i| -(*i as f32) / 100.0).collect();
+            let _ = request.reply.send(Ok(Generated { ids, logp, stopped: false, computed_prompt_tokens: 0 }));
+            Ok(())
+        }
+        fn close(&self, _session: u64) {}
+        async fn load_policy(&self, _policy: &Qwen3) -> Result<(), TrainError> {
+            Ok(())
+        }
+        fn off_policy(&self) -> bool {
+            false
+        }
+    }
+
+    /// A word-level tokenizer over `words` (decoding joins them with spaces).
+    fn tokenizer(words: &[String]) -> Tokenizer {
+        let mut vocab: HashMap<String, u32> = words.iter().enumerate().map(|(i, w)| (w.clone(), i as u32)).collect();
+        vocab.insert("[UNK]".into(), words.len() as u32);
+        let model = WordLevel::builder().vocab(vocab.into_iter().collect()).unk_token("[UNK]".into()).build().unwrap();
+        let mut t = Tokenizer::new(model);
+        t.with_pre_tokenizer(Some(WhitespaceSplit));
+        t.add_special_tokens(&[AddedToken::from(super::IM_END, true)]);
+        t
+    }
+
+    /// A reply that loops is cut where the policy knows its ids: the record keeps the
+    /// tokens of the first copy (trained), then the turn's end (not trained), and the
+    /// next prompt extends that record instead of starting a new sequence.
+    #[tokio::test]
+    async fn a_looping_reply_is_recorded_up_to_its_first_copy() {
+        let mut words: Vec<String> = vec!["I".into(), "will".into(), "run".into(), "it".into()];
+        words.extend((0..20).map(|i| format!("step{i:02}-of-the-loop")));
+        let tok = tokenizer(&words);
+        // "I will run it" then the 20-word block (about 380 characters) ten times.
+        let mut ids: Vec<u32> = vec![0, 1, 2, 3];
+        for _ in 0..10 {
+            ids.extend(4..24);
+        }
+        let sampler = Arc::new(Fixed(Mutex::new(ids)));
+        let sampling = PolicySampling { temperature: 1.0, top_p: 1.0, max_new_tokens: 1000, context: 100_000 };
+        let policy = PolicyBackend::new(sampler, Arc::new(tok), vec![], 1, 7, sampling);
+        let request =
+            ChatRequest { messages: vec![ChatMessage::new(Role::User, "go".to_string())], ..Default::default() };
+        let reply = policy.chat(&request, &mut |_| {}, &CancellationToken::new()).await.unwrap();
+        let kept: Vec<String> = words[..24].to_vec();
+        assert_eq!(reply.text, kept.join(" "));
+        assert_eq!(reply.completion_token_ids.as_deref(), Some(&(0..24).collect::<Vec<u32>>()[..]));
+        let rec = policy.recording();
+        assert_eq!(rec.cut_replies, 1);
+        let seg = &rec.segments[0];
+        let trained: usize = seg.mask.iter().map(|m| usize::from(*m)).sum();
+        assert_eq!(trained, 24, "only the first copy is trained on");
+        assert_eq!(seg.sampler_logp.len(), 24);
+        assert_eq!(seg.mask.last(), Some(&0), "the forced end of the turn is not trained on");
+        assert!(!rec.truncated);
+
+        // The next turn's prompt extends the record (no second segment).
+        let mut next = request.messages.clone();
+        next.push(ChatMessage::new(Role::Assistant, reply.text.clone()));
+        next.push(ChatMessage::new(Role::User, "again".to_string()));
+        let next = ChatRequest { messages: next, ..Default::default() };
+        let _ = policy.chat(&next, &mut |_| {}, &CancellationToken::new()).await.unwrap();
+        assert_eq!(policy.recording().segments.len(), 1);
     }
 }

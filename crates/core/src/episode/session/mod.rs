@@ -2,14 +2,12 @@
 //! driven by [`Op`]s and reporting [`Event`]s.
 
 use std::collections::{HashSet, VecDeque};
-use std::future::Future;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver, UnboundedSender};
 use tokio::task::JoinHandle;
-use tokio_util::sync::CancellationToken;
 
 use crate::config::EpisodeLimits;
 use crate::hooks::Hooks;
@@ -27,9 +25,10 @@ mod calls;
 mod context;
 mod hooks;
 mod plan;
+mod stream;
 use super::stuck::{LoopDetector, LoopVerdict};
-use super::trajectory::{EpisodeEndRecord, EpisodeStart, TrajectoryWriter, TurnRecord};
-use context::with_prompt_progress;
+use super::trajectory::{EpisodeEndRecord, EpisodeStart, TrajectoryWriter};
+use stream::{race, KeptReply};
 
 /// Everything a session needs besides the model and the sandbox.
 #[derive(Debug, Clone)]
@@ -389,21 +388,9 @@ impl Session {
             self.emit(Event::TurnStarted { turn });
             self.report_mcp().await;
             self.flags = Flags { ops_closed: self.flags.ops_closed, ..Flags::default() };
-            let request = self.request();
-            let cancel = CancellationToken::new();
-            let model_started = Instant::now();
-            let events = self.events.clone();
-            let mut on_delta = |t: &str| {
-                let _ = events.send(Event::AssistantDelta { turn, text: t.to_string() });
-            };
-            let model = self.model.clone();
-            let call = with_prompt_progress(model.chat(&request, &mut on_delta, &cancel), &*model, |p| {
-                let _ = events.send(Event::PromptProgress { turn, evaluated: p.evaluated, total: p.total });
-            });
-            let result = race(call, &mut self.ops, &cancel, self.deadline, &mut self.flags, &mut self.queued).await;
-            let model_ms = model_started.elapsed().as_millis() as u64;
+            let (result, model_ms) = self.stream_reply(turn).await;
             let user = self.messages.last().cloned().unwrap_or_else(|| ChatMessage::new(Role::User, ""));
-            let response = match result {
+            let kept = match result {
                 Ok(r) => r,
                 Err(LlmError::ContextOverflow { prompt_tokens, context }) if overflows < 3 => {
                     // The byte estimate undercounted this model's tokens: shrink the
@@ -436,8 +423,10 @@ impl Session {
                     return TaskEnd::Stopped(EndReason::Error);
                 }
             };
+            let mut record = kept.record(turn, user, model_ms);
+            kept.announce(turn, &self.events);
+            let KeptReply { response, .. } = kept;
             self.usage.add(response.usage);
-            self.emit(Event::AssistantMessage { turn, text: response.text.clone() });
             self.emit(Event::TokenUsage {
                 turn,
                 last: response.usage,
@@ -448,21 +437,6 @@ impl Session {
                 tool_calls: response.tool_calls.clone(),
                 ..ChatMessage::new(Role::Assistant, response.text.clone())
             });
-            let mut record = TurnRecord {
-                turn,
-                user,
-                assistant: response.text.clone(),
-                finish_reason: format!("{:?}", response.finish_reason).to_lowercase(),
-                usage: response.usage,
-                model_ms,
-                actions: Vec::new(),
-                parse_errors: Vec::new(),
-                observations: Vec::new(),
-                loss_mask: response.completion_token_ids.as_ref().map(|ids| vec![1; ids.len()]),
-                completion_token_ids: response.completion_token_ids.clone(),
-                prompt_token_ids: response.prompt_token_ids.clone(),
-                tool_calls: response.tool_calls.clone(),
-            };
             if response.finish_reason == FinishReason::Cancelled || self.flags.any() {
                 self.writer.turn(&record);
                 self.answer_unrun_calls(&response, "the call did not run: the reply was interrupted");
@@ -589,44 +563,6 @@ impl Session {
             } else {
                 self.tools.clone()
             },
-        }
-    }
-}
-
-/// Drives `fut` while watching for interrupts, shutdown and the wall clock; each of
-/// them cancels `cancel`, and the future is still awaited so it can clean up.
-async fn race<T>(
-    fut: impl Future<Output = T>,
-    ops: &mut UnboundedReceiver<Op>,
-    cancel: &CancellationToken,
-    deadline: Instant,
-    flags: &mut Flags,
-    queued: &mut VecDeque<Op>,
-) -> T {
-    tokio::pin!(fut);
-    loop {
-        tokio::select! {
-            out = &mut fut => return out,
-            op = ops.recv(), if !flags.ops_closed => match op {
-                Some(Op::Interrupt) => {
-                    flags.interrupted = true;
-                    cancel.cancel();
-                }
-                Some(Op::Shutdown) => {
-                    flags.shutdown = true;
-                    cancel.cancel();
-                }
-                None => {
-                    flags.ops_closed = true;
-                    flags.shutdown = true;
-                    cancel.cancel();
-                }
-                Some(other) => queued.push_back(other),
-            },
-            _ = tokio::time::sleep_until(deadline.into()), if !flags.wall_clock => {
-                flags.wall_clock = true;
-                cancel.cancel();
-            }
         }
     }
 }
