@@ -127,6 +127,7 @@ pub async fn train(
         start
     };
     let tokenizer = Arc::new(setup::load_tokenizer(&start_dir)?);
+    let renderer = setup::load_renderer(&start_dir)?;
     let im_end = setup::token_id(&tokenizer, "<|im_end|>", &start_dir)?;
     let mode = train_mode(preset);
     let policy = Qwen3::load(&start_dir, &mode, dtype, &device, preset.seed)?;
@@ -215,6 +216,7 @@ pub async fn train(
         tasks,
         sampler.clone(),
         tokenizer.clone(),
+        renderer.clone(),
         vec![im_end],
         sampling,
         judge,

@@ -15,6 +15,7 @@ use super::error::TrainError;
 use super::model::{peft, Qwen3, TrainMode};
 use super::optim::{AdamW, AdamWSettings};
 use super::preset::Preset;
+use super::rollout::chat::PromptRenderer;
 use super::sft::{read_transcripts, transcript_sample};
 use super::update::{sft_step, Sample, UpdateSettings};
 use agent_bench::{discover, AgentKind, EnvSettings, ImageCache, TaskEntry, TrialContext, Verifier, VerifyMode};
@@ -68,6 +69,14 @@ pub fn base_model_dir(preset: &Preset, out: &Path) -> Result<PathBuf, TrainError
     Ok(dir)
 }
 
+/// How the model folder's conversations are rendered: its own chat template (as `agent
+/// run` renders them), or ChatML when it has none.
+pub fn load_renderer(dir: &Path) -> Result<PromptRenderer, TrainError> {
+    let template = agent_core::llm::ChatTemplate::from_model_dir(dir)
+        .map_err(|e| TrainError::bad_file(&dir.join("tokenizer_config.json"), e.to_string()))?;
+    Ok(PromptRenderer::new(template))
+}
+
 /// Loads `dir/tokenizer.json`.
 pub fn load_tokenizer(dir: &Path) -> Result<Tokenizer, TrainError> {
     let path = dir.join("tokenizer.json");
@@ -116,10 +125,13 @@ pub fn warm_start(
         return Ok(dir);
     }
     let tokenizer = load_tokenizer(base)?;
+    let renderer = load_renderer(base)?;
     let im_end = token_id(&tokenizer, "<|im_end|>", base)?;
     let path = preset.resolve_path(&sft.file)?;
-    let samples: Vec<Sample> =
-        read_transcripts(&path)?.iter().map(|t| transcript_sample(t, &tokenizer, im_end)).collect::<Result<_, _>>()?;
+    let samples: Vec<Sample> = read_transcripts(&path)?
+        .iter()
+        .map(|t| transcript_sample(t, &tokenizer, &renderer, im_end))
+        .collect::<Result<_, _>>()?;
     let model = Qwen3::load(base, &TrainMode::Full, dtype, device, preset.seed)?;
     let settings = AdamWSettings { lr: sft.lr, weight_decay: 0.0, ..adam_settings(preset) };
     let mut opt = AdamW::new(model.trainable(), settings)?;
@@ -194,6 +206,7 @@ pub fn rollout_config(preset: &Preset, base: &Config) -> Config {
     if preset.system_prompt.is_some() {
         config.system_prompt = preset.system_prompt.clone();
     }
+    config.tool_format = preset.tool_format;
     config
 }
 

@@ -8,7 +8,7 @@ use serde::Deserialize;
 use tokenizers::Tokenizer;
 
 use super::error::TrainError;
-use super::rollout::chat::{render_prompt, IM_END};
+use super::rollout::chat::{PromptRenderer, IM_END};
 use super::update::Sample;
 use agent_core::llm::{ChatMessage, Role};
 
@@ -40,7 +40,12 @@ pub fn read_transcripts(path: &Path) -> Result<Vec<Vec<ChatMessage>>, TrainError
 
 /// Tokens of a transcript: each prompt delta (mask 0), then each assistant reply and
 /// its end token (mask 1).
-pub fn transcript_sample(messages: &[ChatMessage], tokenizer: &Tokenizer, im_end: u32) -> Result<Sample, TrainError> {
+pub fn transcript_sample(
+    messages: &[ChatMessage],
+    tokenizer: &Tokenizer,
+    renderer: &PromptRenderer,
+    im_end: u32,
+) -> Result<Sample, TrainError> {
     let encode = |text: &str| -> Result<Vec<u32>, TrainError> {
         tokenizer
             .encode(text, false)
@@ -53,7 +58,8 @@ pub fn transcript_sample(messages: &[ChatMessage], tokenizer: &Tokenizer, im_end
         if m.role != Role::Assistant {
             continue;
         }
-        let prompt = render_prompt(&messages[..i]);
+        // Demonstrations are in the text format: no tools in the prompt.
+        let prompt = renderer.render(&messages[..i], &[]).map_err(|e| TrainError::Other(e.to_string()))?;
         let delta = if prompt.starts_with(&text) { &prompt[text.len()..] } else { prompt.as_str() };
         let ids = encode(delta)?;
         sample.mask.extend(std::iter::repeat_n(0u8, ids.len()));

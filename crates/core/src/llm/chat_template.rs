@@ -56,6 +56,29 @@ impl ChatTemplate {
         })
     }
 
+    /// The template of a model folder (`tokenizer_config.json`'s `chat_template` with its
+    /// `bos_token`/`eos_token`, or `chat_template.jinja`); `None` when it has none.
+    pub fn from_model_dir(dir: &std::path::Path) -> Result<Option<Self>, LlmError> {
+        let config: serde_json::Value = std::fs::read_to_string(dir.join("tokenizer_config.json"))
+            .ok()
+            .and_then(|text| serde_json::from_str(&text).ok())
+            .unwrap_or_default();
+        // A special token is a string or `{"content": "..."}`.
+        let token = |key: &str| match config.get(key) {
+            Some(serde_json::Value::String(s)) => s.clone(),
+            Some(v) => v.get("content").and_then(|c| c.as_str()).unwrap_or_default().to_string(),
+            None => String::new(),
+        };
+        let source = match config.get("chat_template").and_then(|t| t.as_str()) {
+            Some(t) => t.to_string(),
+            None => match std::fs::read_to_string(dir.join("chat_template.jinja")) {
+                Ok(t) => t,
+                Err(_) => return Ok(None),
+            },
+        };
+        Self::new(&source, &token("bos_token"), &token("eos_token")).map(Some)
+    }
+
     /// Whether the template renders tools: it names them, and a tool given to it shows up
     /// in a rendered prompt.
     pub fn supports_tools(&self) -> bool {

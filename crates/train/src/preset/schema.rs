@@ -54,6 +54,12 @@ pub struct Preset {
     /// Replaces the agent's default system prompt (short prompts suit tiny models).
     #[serde(default)]
     pub system_prompt: Option<String>,
+    /// The rollouts' action format, as `--tool-format` for `agent run`: `auto` (native
+    /// calls where the model's chat template renders tools, as the user's chat does),
+    /// `native` or `text`. A preset whose warm-start demonstrations are in the text
+    /// format says `text`.
+    #[serde(default)]
+    pub tool_format: agent_core::tools::ToolFormat,
     #[serde(skip)]
     pub(super) origin: Origin,
 }

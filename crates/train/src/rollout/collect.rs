@@ -9,6 +9,7 @@ use futures_util::StreamExt;
 use serde::{Deserialize, Serialize};
 use tokenizers::Tokenizer;
 
+use super::chat::PromptRenderer;
 use super::engine::RolloutSampler;
 use super::policy::{PolicyBackend, PolicySampling, Recording};
 use agent_bench::judge::{mix_reward, Judge, JudgedEpisode, RewardWeights};
@@ -65,6 +66,7 @@ pub struct RolloutRunner {
     pub tasks: Vec<Arc<TaskEntry>>,
     pub sampler: Arc<dyn RolloutSampler>,
     pub tokenizer: Arc<Tokenizer>,
+    pub renderer: PromptRenderer,
     pub stop: Vec<u32>,
     pub sampling: PolicySampling,
     pub judge: Option<(Arc<Judge>, RewardWeights)>,
@@ -80,6 +82,7 @@ impl RolloutRunner {
         tasks: Vec<Arc<TaskEntry>>,
         sampler: Arc<dyn RolloutSampler>,
         tokenizer: Arc<Tokenizer>,
+        renderer: PromptRenderer,
         stop: Vec<u32>,
         sampling: PolicySampling,
         judge: Option<(Arc<Judge>, RewardWeights)>,
@@ -90,6 +93,7 @@ impl RolloutRunner {
             tasks,
             sampler,
             tokenizer,
+            renderer,
             stop,
             sampling,
             judge,
@@ -119,6 +123,7 @@ impl RolloutRunner {
         let backend = Arc::new(PolicyBackend::new(
             self.sampler.clone(),
             self.tokenizer.clone(),
+            self.renderer.clone(),
             self.stop.clone(),
             session,
             plan.seed,

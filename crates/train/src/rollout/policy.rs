@@ -11,7 +11,7 @@ use tokenizers::Tokenizer;
 use tokio::sync::oneshot;
 use tokio_util::sync::CancellationToken;
 
-use super::chat::{render_prompt, IM_END};
+use super::chat::{PromptRenderer, IM_END};
 use super::engine::RolloutSampler;
 use super::sampler::GenerateRequest;
 use agent_core::llm::{ChatRequest, ChatResponse, FinishReason, LlmError, ModelBackend};
@@ -67,6 +67,7 @@ pub struct PolicySampling {
 pub struct PolicyBackend {
     sampler: Arc<dyn RolloutSampler>,
     tokenizer: Arc<Tokenizer>,
+    renderer: PromptRenderer,
     stop: Vec<u32>,
     session: u64,
     seed: u64,
@@ -80,6 +81,7 @@ impl PolicyBackend {
     pub fn new(
         sampler: Arc<dyn RolloutSampler>,
         tokenizer: Arc<Tokenizer>,
+        renderer: PromptRenderer,
         stop: Vec<u32>,
         session: u64,
         seed: u64,
@@ -88,6 +90,7 @@ impl PolicyBackend {
         PolicyBackend {
             sampler,
             tokenizer,
+            renderer,
             stop,
             session,
             seed,
@@ -141,6 +144,11 @@ impl ModelBackend for PolicyBackend {
         "policy".to_string()
     }
 
+    /// As the model the user runs: native calls where its chat template renders tools.
+    fn native_tools(&self) -> bool {
+        self.renderer.native_tools()
+    }
+
     fn context_window(&self) -> Option<u64> {
         Some(self.sampling.context as u64)
     }
@@ -151,7 +159,7 @@ impl ModelBackend for PolicyBackend {
         on_delta: &mut (dyn for<'s> FnMut(&'s str) + Send),
         cancel: &CancellationToken,
     ) -> Result<ChatResponse, LlmError> {
-        let prompt_text = render_prompt(&request.messages);
+        let prompt_text = self.renderer.render(&request.messages, &request.tools)?;
         let prompt = {
             let mut rec = self.record.lock().map_err(|_| LlmError::Other("policy state poisoned".into()))?;
             let extends = !rec.segments.is_empty() && prompt_text.starts_with(&rec.text);
@@ -335,7 +343,8 @@ mod cut_tests {
         }
         let sampler = Arc::new(Fixed(Mutex::new(ids)));
         let sampling = PolicySampling { temperature: 1.0, top_p: 1.0, max_new_tokens: 1000, context: 100_000 };
-        let policy = PolicyBackend::new(sampler, Arc::new(tok), vec![], 1, 7, sampling);
+        let renderer = crate::rollout::chat::PromptRenderer::default();
+        let policy = PolicyBackend::new(sampler, Arc::new(tok), renderer, vec![], 1, 7, sampling);
         let request =
             ChatRequest { messages: vec![ChatMessage::new(Role::User, "go".to_string())], ..Default::default() };
         let reply = policy.chat(&request, &mut |_| {}, &CancellationToken::new()).await.unwrap();
