@@ -27,5 +27,6 @@ mod serve;
 mod train;
 mod train_dist;
 mod train_engine;
+mod train_gguf;
 mod trust;
 mod tui;

@@ -235,6 +235,8 @@ fn parity_config() -> Qwen3Config {
         tie_word_embeddings: true,
         max_position_embeddings: 4096,
         eos_token_id: None,
+        model_type: None,
+        attention_bias: None,
     }
 }
 

@@ -54,6 +54,8 @@ impl PerfShape {
             tie_word_embeddings: true,
             max_position_embeddings: 4096,
             eos_token_id: None,
+            model_type: None,
+            attention_bias: None,
         };
         (cfg, r)
     }

@@ -23,9 +23,16 @@ use agent_core::config::Config;
 use agent_local::tiny_qwen3::{write_tiny_qwen3, TinyQwen3Config};
 
 /// The model folder a preset names: `tiny:NAME` is generated into `out/base-model`
-/// (its tokenizer learns the warm-start demonstrations' text), anything else is a path.
+/// (its tokenizer learns the warm-start demonstrations' text); a built-in model's name
+/// (`qwen2.5-coder-0.5b`, the GGUF the CPU chat runs) or a `.gguf` path is converted
+/// into `out/base-model` once (see `model::gguf`); anything else is a model folder.
 pub fn base_model_dir(preset: &Preset, out: &Path) -> Result<PathBuf, TrainError> {
     let spec = preset.model.path.as_str();
+    if let Some(gguf) = gguf_source(preset)? {
+        let dir = out.join("base-model");
+        super::model::gguf::materialise(&gguf, &dir)?;
+        return Ok(dir);
+    }
     let Some(_name) = spec.strip_prefix("tiny:") else {
         let dir = preset.resolve_path(spec)?;
         if !dir.join("config.json").is_file() {
@@ -67,6 +74,32 @@ pub fn base_model_dir(preset: &Preset, out: &Path) -> Result<PathBuf, TrainError
     write_tiny_qwen3(&tmp, &cfg).map_err(|e| TrainError::Other(format!("cannot write the tiny model: {e}")))?;
     std::fs::rename(&tmp, &dir).map_err(|e| TrainError::io("rename", &tmp, e))?;
     Ok(dir)
+}
+
+/// The GGUF file a preset's model names, if it names one: a built-in model (which must
+/// be cached: `agent model pull NAME`) or a path ending in `.gguf`.
+fn gguf_source(preset: &Preset) -> Result<Option<PathBuf>, TrainError> {
+    let spec = preset.model.path.as_str();
+    if let Some(model) = agent_core::models::catalog::find(spec) {
+        let opts =
+            agent_core::models::pull::PullOptions::from_env(false).map_err(|e| TrainError::Other(e.to_string()))?;
+        let path = opts.path_of(model);
+        if !path.is_file() {
+            return Err(TrainError::bad_file(
+                &path,
+                format!("the built-in model {spec} is not cached yet: run `agent model pull {spec}` first"),
+            ));
+        }
+        return Ok(Some(path));
+    }
+    if spec.ends_with(".gguf") {
+        let path = preset.resolve_path(spec)?;
+        if !path.is_file() {
+            return Err(TrainError::bad_file(&path, "no such GGUF file"));
+        }
+        return Ok(Some(path));
+    }
+    Ok(None)
 }
 
 /// How the model folder's conversations are rendered: its own chat template (as `agent

@@ -43,7 +43,7 @@ const DISK_CACHE_MIN_TOKENS: usize = 256;
 
 /// The process-wide llama.cpp backend. llama.cpp may be initialised once per process, and
 /// keeping it for the whole process lets several models load one after another.
-fn llama_backend() -> Result<&'static LlamaBackend, LlmError> {
+pub(super) fn llama_backend() -> Result<&'static LlamaBackend, LlmError> {
     static BACKEND: OnceLock<Result<LlamaBackend, String>> = OnceLock::new();
     BACKEND
         .get_or_init(|| {

@@ -27,7 +27,10 @@ use agent_core::llm::{
 
 mod engine;
 mod gguf_check;
+mod logits;
 mod text_stream;
+
+pub use logits::reference_logits;
 
 /// How a llama.cpp model is loaded; the default takes the model's own context (at most
 /// 32,768), every core, llama.cpp's flash-attention choice and no prompt cache.

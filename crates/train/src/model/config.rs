@@ -1,4 +1,5 @@
-//! The parts of a Hugging Face Qwen3 `config.json` the trainer needs.
+//! The parts of a Hugging Face Qwen3 or Qwen2 `config.json` the trainer needs (the two
+//! differ in two places: Qwen2 has biases on q/k/v and no per-head q/k RMSNorm).
 
 use std::path::Path;
 
@@ -37,6 +38,12 @@ pub struct Qwen3Config {
     /// End-of-sequence token id(s).
     #[serde(default)]
     pub eos_token_id: Option<serde_json::Value>,
+    /// `qwen3` or `qwen2` (absent: Qwen3).
+    #[serde(default)]
+    pub model_type: Option<String>,
+    /// Biases on the q/k/v projections (Qwen3 states it, Qwen2 always has them).
+    #[serde(default)]
+    pub attention_bias: Option<bool>,
 }
 
 fn default_max_positions() -> usize {
@@ -48,10 +55,28 @@ impl Qwen3Config {
     pub fn load(dir: &Path) -> Result<Self, TrainError> {
         let path = dir.join("config.json");
         let text = std::fs::read_to_string(&path).map_err(|e| TrainError::io("read", &path, e))?;
-        let cfg: Qwen3Config =
-            serde_json::from_str(&text).map_err(|e| TrainError::bad_file(&path, format!("not a Qwen3 config: {e}")))?;
+        let cfg: Qwen3Config = serde_json::from_str(&text)
+            .map_err(|e| TrainError::bad_file(&path, format!("not a Qwen3 or Qwen2 config: {e}")))?;
+        if let Some(t) = cfg.model_type.as_deref().filter(|t| !matches!(*t, "qwen3" | "qwen2")) {
+            return Err(TrainError::bad_file(&path, format!("model_type `{t}`: the trainer knows qwen3 and qwen2")));
+        }
         cfg.validate().map_err(|reason| TrainError::bad_file(&path, reason))?;
         Ok(cfg)
+    }
+
+    /// Whether the architecture is Qwen2's.
+    pub fn is_qwen2(&self) -> bool {
+        self.model_type.as_deref() == Some("qwen2")
+    }
+
+    /// Whether queries and keys get a per-head RMSNorm (Qwen3) or not (Qwen2).
+    pub fn qk_norm(&self) -> bool {
+        !self.is_qwen2()
+    }
+
+    /// Whether the q/k/v projections carry biases.
+    pub fn qkv_bias(&self) -> bool {
+        self.attention_bias.unwrap_or(self.is_qwen2())
     }
 
     /// The per-head width in effect.

@@ -109,6 +109,8 @@ pub struct Linear {
     pub weight: Param,
     /// The adapter, when this projection is targeted.
     pub lora: Option<Lora>,
+    /// Added to every output row (Qwen2's q/k/v); trained only in full mode.
+    pub bias: Option<Param>,
     /// Distinguishes the dropout masks of different projections.
     pub site: u64,
 }
@@ -119,6 +121,10 @@ impl Linear {
         let y = match &self.weight {
             Param::Frozen(w) if super::frozen::supported(w.dtype()) => super::frozen::frozen_matmul(x, w)?,
             p => x.matmul(&p.tensor().t()?)?,
+        };
+        let y = match &self.bias {
+            Some(b) => y.broadcast_add(b.tensor())?,
+            None => y,
         };
         let Some(lora) = self.lora.as_ref().filter(|_| !mode.adapters_off) else { return Ok(y) };
         let dtype = x.dtype();
@@ -140,7 +146,8 @@ impl Linear {
             Some(l) => (w.clone() + l.delta(w.dtype())?)?,
             None => w,
         };
-        Ok(Linear { weight: Param::Frozen(w), lora: None, site: self.site })
+        let bias = self.bias.as_ref().map(|b| Param::Frozen(b.tensor().detach()));
+        Ok(Linear { weight: Param::Frozen(w), lora: None, bias, site: self.site })
     }
 }
 

@@ -1,6 +1,7 @@
 //! The trainable Qwen3: configuration, weights, LoRA, chunked log-probs, adapter files.
 
 pub mod config;
+pub mod gguf;
 /// The CPU kernels live in their own crate, compiled with optimisations even in dev builds.
 pub use agent_train_kernels::{frozen, fused};
 pub mod logprobs;

@@ -30,8 +30,9 @@ pub struct Attention {
     pub k_proj: Linear,
     pub v_proj: Linear,
     pub o_proj: Linear,
-    pub q_norm: Param,
-    pub k_norm: Param,
+    /// Qwen3's per-head RMSNorms (Qwen2 has none).
+    pub q_norm: Option<Param>,
+    pub k_norm: Option<Param>,
 }
 
 /// One decoder layer's gated MLP.
@@ -127,7 +128,7 @@ impl Qwen3 {
             Ok(if full { Param::Trainable(Var::from_tensor(&t).ctx("creating a variable")?) } else { Param::Frozen(t) })
         };
         let mut site = 0u64;
-        let mut linear = |t: Tensor, module: &str, layer: usize| -> Result<Linear, TrainError> {
+        let mut linear = |t: Tensor, bias: Option<Tensor>, module: &str, layer: usize| -> Result<Linear, TrainError> {
             site += 1;
             let lora = match mode {
                 TrainMode::Lora(s) if s.targets.iter().any(|x| x == module) => {
@@ -137,24 +138,43 @@ impl Qwen3 {
                 }
                 _ => None,
             };
-            Ok(Linear { weight: param(t)?, lora, site })
+            let bias = bias.map(param).transpose()?;
+            Ok(Linear { weight: param(t)?, lora, bias, site })
         };
         let embed = param(take("model.embed_tokens.weight")?)?;
         let mut layers = Vec::with_capacity(cfg.num_hidden_layers);
         for l in 0..cfg.num_hidden_layers {
             let p = format!("model.layers.{l}");
+            let bias = cfg.qkv_bias();
+            let mut proj = |name: &str, with_bias: bool| -> Result<(Tensor, Option<Tensor>), TrainError> {
+                let w = take(&format!("{p}.{name}.weight"))?;
+                let b = if with_bias { Some(take(&format!("{p}.{name}.bias"))?) } else { None };
+                Ok((w, b))
+            };
+            let (qw, qb) = proj("self_attn.q_proj", bias)?;
+            let (kw, kb) = proj("self_attn.k_proj", bias)?;
+            let (vw, vb) = proj("self_attn.v_proj", bias)?;
+            let (ow, _) = proj("self_attn.o_proj", false)?;
+            let (q_norm, k_norm) = if cfg.qk_norm() {
+                (
+                    Some(param(take(&format!("{p}.self_attn.q_norm.weight"))?)?),
+                    Some(param(take(&format!("{p}.self_attn.k_norm.weight"))?)?),
+                )
+            } else {
+                (None, None)
+            };
             let attn = Attention {
-                q_proj: linear(take(&format!("{p}.self_attn.q_proj.weight"))?, "q_proj", l)?,
-                k_proj: linear(take(&format!("{p}.self_attn.k_proj.weight"))?, "k_proj", l)?,
-                v_proj: linear(take(&format!("{p}.self_attn.v_proj.weight"))?, "v_proj", l)?,
-                o_proj: linear(take(&format!("{p}.self_attn.o_proj.weight"))?, "o_proj", l)?,
-                q_norm: param(take(&format!("{p}.self_attn.q_norm.weight"))?)?,
-                k_norm: param(take(&format!("{p}.self_attn.k_norm.weight"))?)?,
+                q_proj: linear(qw, qb, "q_proj", l)?,
+                k_proj: linear(kw, kb, "k_proj", l)?,
+                v_proj: linear(vw, vb, "v_proj", l)?,
+                o_proj: linear(ow, None, "o_proj", l)?,
+                q_norm,
+                k_norm,
             };
             let mlp = Mlp {
-                gate_proj: linear(take(&format!("{p}.mlp.gate_proj.weight"))?, "gate_proj", l)?,
-                up_proj: linear(take(&format!("{p}.mlp.up_proj.weight"))?, "up_proj", l)?,
-                down_proj: linear(take(&format!("{p}.mlp.down_proj.weight"))?, "down_proj", l)?,
+                gate_proj: linear(take(&format!("{p}.mlp.gate_proj.weight"))?, None, "gate_proj", l)?,
+                up_proj: linear(take(&format!("{p}.mlp.up_proj.weight"))?, None, "up_proj", l)?,
+                down_proj: linear(take(&format!("{p}.mlp.down_proj.weight"))?, None, "down_proj", l)?,
             };
             layers.push(Layer {
                 attn,
@@ -314,8 +334,8 @@ impl Qwen3 {
                         k_proj: l.attn.k_proj.merged()?,
                         v_proj: l.attn.v_proj.merged()?,
                         o_proj: l.attn.o_proj.merged()?,
-                        q_norm: frozen(&l.attn.q_norm),
-                        k_norm: frozen(&l.attn.k_norm),
+                        q_norm: l.attn.q_norm.as_ref().map(frozen),
+                        k_norm: l.attn.k_norm.as_ref().map(frozen),
                     },
                     mlp: Mlp {
                         gate_proj: l.mlp.gate_proj.merged()?,
@@ -368,13 +388,25 @@ impl Qwen3 {
                 (format!("{p}.self_attn.k_proj.weight"), &l.attn.k_proj.weight),
                 (format!("{p}.self_attn.v_proj.weight"), &l.attn.v_proj.weight),
                 (format!("{p}.self_attn.o_proj.weight"), &l.attn.o_proj.weight),
-                (format!("{p}.self_attn.q_norm.weight"), &l.attn.q_norm),
-                (format!("{p}.self_attn.k_norm.weight"), &l.attn.k_norm),
+            ]);
+            // Qwen3's order is kept as it was (optimiser state of older checkpoints relies
+            // on it); what only Qwen2 has comes at the end of its layer.
+            for (name, norm) in [("q_norm", &l.attn.q_norm), ("k_norm", &l.attn.k_norm)] {
+                if let Some(n) = norm {
+                    out.push((format!("{p}.self_attn.{name}.weight"), n));
+                }
+            }
+            out.extend([
                 (format!("{p}.post_attention_layernorm.weight"), &l.post_norm),
                 (format!("{p}.mlp.gate_proj.weight"), &l.mlp.gate_proj.weight),
                 (format!("{p}.mlp.up_proj.weight"), &l.mlp.up_proj.weight),
                 (format!("{p}.mlp.down_proj.weight"), &l.mlp.down_proj.weight),
             ]);
+            for (name, lin) in [("q_proj", &l.attn.q_proj), ("k_proj", &l.attn.k_proj), ("v_proj", &l.attn.v_proj)] {
+                if let Some(b) = &lin.bias {
+                    out.push((format!("{p}.self_attn.{name}.bias"), b));
+                }
+            }
         }
         out.push(("model.norm.weight".to_string(), &self.norm));
         if let Some(h) = &self.lm_head {
@@ -433,8 +465,14 @@ impl Qwen3 {
         let q = q.reshape((b, t, nh, hd))?;
         let k = k.reshape((b, t, nkv, hd))?;
         let v = v.reshape((b, t, nkv, hd))?;
-        let q = rms_norm(&q, attn.q_norm.tensor(), self.cfg.rms_norm_eps)?;
-        let k = rms_norm(&k, attn.k_norm.tensor(), self.cfg.rms_norm_eps)?;
+        let q = match &attn.q_norm {
+            Some(n) => rms_norm(&q, n.tensor(), self.cfg.rms_norm_eps)?,
+            None => q,
+        };
+        let k = match &attn.k_norm {
+            Some(n) => rms_norm(&k, n.tensor(), self.cfg.rms_norm_eps)?,
+            None => k,
+        };
         let v = v.transpose(1, 2)?.contiguous()?;
         let cos = self.cos.narrow(0, offset, t)?;
         let sin = self.sin.narrow(0, offset, t)?;
