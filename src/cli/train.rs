@@ -204,7 +204,9 @@ pub async fn run(args: TrainArgs, config: Config) -> anyhow::Result<u8> {
         }
     };
     agent_train::dist::blocking(|| world.finish())?;
-    if rank == 0 {
+    if rank == 0 && report.rollouts == 0 {
+        println!("trained without evaluation rollouts ({}/metrics.jsonl, {}/reward.svg)", out.display(), out.display());
+    } else if rank == 0 {
         println!(
             "success rate {:.1}% → {:.1}% over {} evaluation rollouts ({}/eval.json, {}/reward.svg)",
             report.before * 100.0,

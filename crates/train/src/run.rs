@@ -229,7 +229,7 @@ pub async fn train(
         Some(b) => b,
         None => {
             let rate = evaluate(&runner, preset, out, "eval-before", opts.progress, world).await?;
-            log(format!("success rate before training: {:.1}%", rate * 100.0));
+            log(describe_rate("before", rate));
             state.eval_before = Some(rate);
             rate
         }
@@ -269,7 +269,7 @@ pub async fn train(
     }
     bar.finish_and_clear();
     let after = evaluate(&runner, preset, out, "eval-after", opts.progress, world).await?;
-    log(format!("success rate after training: {:.1}%", after * 100.0));
+    log(describe_rate("after", after));
     let report = EvalReport { before, after, rollouts: preset.eval.rollouts };
     if lead {
         export_final(&policy, &mode, &start_dir, out)?;
@@ -365,8 +365,18 @@ pub fn build_samples(preset: &Preset, rollouts: &[Rollout], sampler_logp: bool) 
     (samples, m)
 }
 
+/// "success rate before training: 12.5%", or that there was no evaluation.
+fn describe_rate(when: &str, rate: f64) -> String {
+    if rate.is_nan() {
+        format!("no evaluation {when} training (eval.rollouts is 0)")
+    } else {
+        format!("success rate {when} training: {:.1}%", rate * 100.0)
+    }
+}
+
 /// Success rate over the preset's evaluation rollouts (tasks in turn, fixed seeds:
-/// the before and after evaluations see the same tasks and seeds).
+/// the before and after evaluations see the same tasks and seeds); NaN (`null` in
+/// `eval.json`) when the preset asks for none.
 async fn evaluate(
     runner: &RolloutRunner,
     preset: &Preset,
@@ -376,6 +386,9 @@ async fn evaluate(
     world: &dyn Collective,
 ) -> Result<f64, TrainError> {
     let n = preset.eval.rollouts;
+    if n == 0 {
+        return Ok(f64::NAN);
+    }
     let plans: Vec<RolloutPlan> = (0..n)
         .map(|i| RolloutPlan {
             task: i % runner.tasks.len(),

@@ -21,6 +21,7 @@ macro_rules! builtin {
 /// The shipped presets (every file in `presets/`; a test checks the two agree).
 const BUILTIN: &[(&str, &str)] = &[
     builtin!("cpu-tiny"),
+    builtin!("cpu-qwen2.5-coder-0.5b-lora"),
     builtin!("qwen3-8b-lora-1xh200"),
     builtin!("qwen3-8b-lora-8xh100"),
     builtin!("qwen3-8b-lora-4x8xh100"),
