@@ -11,6 +11,7 @@ mod run;
 mod sandbox;
 mod serve;
 mod signals;
+mod tasks;
 mod train;
 mod train_launch;
 mod tui;
@@ -63,6 +64,9 @@ pub enum Command {
     Model(model::ModelCommand),
     /// Train the policy with GRPO (LoRA or full updates) on tasks run in containers.
     Train(train::TrainArgs),
+    /// Generate terminal tasks (training and held-out splits) from a seed, list their families.
+    #[command(subcommand)]
+    Tasks(tasks::TasksCommand),
     /// Measure speed: a local model's (tokens/s, first-turn latency), the trainer's
     /// (tokens/s per step), the interactive UI's (frame time).
     #[command(subcommand)]
@@ -128,6 +132,7 @@ pub async fn dispatch(cli: Cli) -> anyhow::Result<u8> {
     let command = match cli.command {
         None => return tui::run(cli.tui, user, cli.trust_project, cli.local.options()).await,
         Some(Command::Model(cmd)) => return model::run(cmd).await,
+        Some(Command::Tasks(cmd)) => return tasks::run(cmd),
         Some(Command::JudgeEval(args)) => return judge_eval::run(args).await,
         Some(Command::Perf(cmd)) => return perf::run(cmd).await,
         Some(command) => command,
@@ -144,7 +149,9 @@ pub async fn dispatch(cli: Cli) -> anyhow::Result<u8> {
                 Command::Sandbox(cmd) => sandbox::run(cmd, config).await,
                 Command::Serve(args) => serve::run(args, config).await,
                 Command::Train(args) => train::run(args, config).await,
-                Command::Run(_) | Command::Model(_) | Command::JudgeEval(_) | Command::Perf(_) => Ok(2),
+                Command::Run(_) | Command::Model(_) | Command::JudgeEval(_) | Command::Perf(_) | Command::Tasks(_) => {
+                    Ok(2)
+                }
             }
         }
     }

@@ -11,6 +11,7 @@ pub mod atif;
 pub mod compose;
 pub mod env;
 pub mod error;
+pub mod generate;
 pub mod hostenv;
 pub mod images;
 pub mod judge;

@@ -1,0 +1,92 @@
+//! `agent tasks …`: write procedurally generated training and held-out tasks, list the
+//! task families.
+
+use std::path::PathBuf;
+
+use clap::{Args, Subcommand};
+
+use agent_bench::generate::{self, GenerateOptions, Split, MANIFEST, MAX_LEVEL};
+
+/// Subcommands of `agent tasks`.
+#[derive(Debug, Subcommand)]
+pub enum TasksCommand {
+    /// Write generated TB1 tasks (each verified by its own tests in its container) and a
+    /// manifest.json into a folder that `agent bench` and `agent train` take.
+    Generate(GenerateArgs),
+    /// List the task families with what each level asks.
+    #[command(name = "list-families")]
+    ListFamilies,
+}
+
+/// Arguments of `agent tasks generate`.
+#[derive(Debug, Args)]
+pub struct GenerateArgs {
+    /// A family to draw from (repeatable; default: every family, in turn). See
+    /// `agent tasks list-families`.
+    #[arg(long = "family", value_name = "NAME")]
+    pub families: Vec<String>,
+    /// Levels 1 to 3, comma-separated, taken in turn; level 1 is meant for the smallest
+    /// models (one command, every name given).
+    #[arg(long, value_name = "N", value_delimiter = ',', default_value = "1")]
+    pub level: Vec<u8>,
+    /// `train`, or `heldout`: held-out tasks share no file name, word, field, bug kind or
+    /// number with any train task.
+    #[arg(long, value_enum, default_value_t = Split::Train)]
+    pub split: Split,
+    /// Seed: the same seed and arguments write byte-identical tasks.
+    #[arg(long)]
+    pub seed: u64,
+    /// How many tasks.
+    #[arg(short = 'n', long = "count", value_name = "N")]
+    pub count: usize,
+    /// Output folder: new, empty, or written by an earlier `agent tasks generate`
+    /// (its tasks are replaced; any other folder is refused).
+    pub dir: PathBuf,
+}
+
+/// Runs a tasks subcommand.
+pub fn run(cmd: TasksCommand) -> anyhow::Result<u8> {
+    match cmd {
+        TasksCommand::ListFamilies => {
+            list_families();
+            Ok(0)
+        }
+        TasksCommand::Generate(args) => generate_tasks(args),
+    }
+}
+
+fn list_families() {
+    let width = generate::families().iter().map(|f| f.name.len()).max().unwrap_or(0);
+    for f in generate::families() {
+        println!("{:width$}  {}", f.name, f.summary);
+        for (i, what) in f.levels.iter().enumerate() {
+            println!("{:width$}    level {}: {what}", "", i + 1);
+        }
+    }
+    println!("\nLevel 1 is meant for the smallest models (Qwen2.5-Coder-0.5B); levels 2 and {MAX_LEVEL} add steps.");
+}
+
+fn generate_tasks(args: GenerateArgs) -> anyhow::Result<u8> {
+    let opts = GenerateOptions {
+        families: args.families,
+        levels: args.level,
+        split: args.split,
+        seed: args.seed,
+        count: args.count,
+    };
+    let tasks = generate::generate(&opts)?;
+    let manifest = generate::write_tasks(&args.dir, &tasks, opts.split, opts.seed)?;
+    for t in &manifest.tasks {
+        println!("{}", t.name);
+    }
+    eprintln!(
+        "● wrote {} {} task(s) (seed {}) to {}; their parameters are in {}",
+        manifest.tasks.len(),
+        opts.split.as_str(),
+        opts.seed,
+        args.dir.display(),
+        args.dir.join(MANIFEST).display()
+    );
+    eprintln!("● check them with: agent bench --agent oracle {}", args.dir.display());
+    Ok(0)
+}
