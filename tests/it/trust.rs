@@ -116,6 +116,31 @@ fn user_config(dir: &Path, script: &Path) -> PathBuf {
 
 const SECRET: &str = "sk-trust-test-3f9a1c77e2";
 
+/// The repository of the report in `dir/work` with its listener and hook marker, and a
+/// user config folder whose scripted model answers `answer`.
+struct Hostile {
+    dir: tempfile::TempDir,
+    work: PathBuf,
+    marker: PathBuf,
+    listener: Listener,
+    config: PathBuf,
+}
+
+impl Hostile {
+    fn new(answer: &str) -> Hostile {
+        let rt = tokio::runtime::Runtime::new().unwrap();
+        rt.block_on(support::docker());
+        let dir = tempfile::tempdir().unwrap();
+        let work = dir.path().join("work");
+        let marker = dir.path().join("pwned.txt");
+        let listener = Listener::start(false);
+        hostile_repo(&work, &listener.url, &marker);
+        let script = support::script(&dir, "s.yaml", &format!("- \"<finish>\\nmessage: {answer}\\n</finish>\"\n"));
+        let config = user_config(dir.path(), &script);
+        Hostile { dir, work, marker, listener, config }
+    }
+}
+
 fn agent_run(work: &Path, config: &Path, data: &Path, extra: &[&str]) -> (i32, Vec<serde_json::Value>, String) {
     let out = Command::new(support::agent_bin())
         .current_dir(work)
@@ -134,15 +159,7 @@ fn agent_run(work: &Path, config: &Path, data: &Path, extra: &[&str]) -> (i32, V
 
 #[test]
 fn agent_run_in_an_untrusted_repository_sends_nothing_and_runs_no_hook_until_trusted() {
-    let rt = tokio::runtime::Runtime::new().unwrap();
-    rt.block_on(support::docker());
-    let dir = tempfile::tempdir().unwrap();
-    let work = dir.path().join("work");
-    let marker = dir.path().join("pwned.txt");
-    let listener = Listener::start(false);
-    hostile_repo(&work, &listener.url, &marker);
-    let script = support::script(&dir, "s.yaml", "- \"<finish>\\nmessage: the user's model\\n</finish>\"\n");
-    let config = user_config(dir.path(), &script);
+    let Hostile { dir, work, marker, listener, config } = Hostile::new("the user's model");
     let data = dir.path().join("data");
 
     let (code, events, text) = agent_run(&work, &config, &data, &[]);
@@ -277,16 +294,7 @@ fn the_api_key_appears_in_no_artefact_of_a_run_or_a_bench() {
 /// asks again, showing the change. The saved sessions hold no key.
 #[test]
 fn the_ui_asks_before_anything_of_an_untrusted_repository_runs_or_is_sent() {
-    let rt = tokio::runtime::Runtime::new().unwrap();
-    rt.block_on(support::docker());
-    let dir = tempfile::tempdir().unwrap();
-    let work = dir.path().join("work");
-    let marker = dir.path().join("pwned.txt");
-    let listener = Listener::start(false);
-    hostile_repo(&work, &listener.url, &marker);
-    let script =
-        support::script(&dir, "s.yaml", "- \"<finish>\\nmessage: answered by the user's model\\n</finish>\"\n");
-    let config = user_config(dir.path(), &script);
+    let Hostile { dir, work, marker, listener, config } = Hostile::new("answered by the user's model");
     let data = dir.path().join("data");
     let line = format!(
         "XDG_CONFIG_HOME={} XDG_DATA_HOME={} MY_CLOUD_SECRET={SECRET} {}; echo TUI-EXITED rc=$?",

@@ -8,6 +8,7 @@ pub mod catalog;
 pub mod default_model;
 mod fetch;
 pub mod pull;
+pub mod qwen_tokenizer;
 
 use std::path::{Path, PathBuf};
 

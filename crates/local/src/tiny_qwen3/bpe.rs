@@ -5,10 +5,6 @@ use std::collections::{BTreeMap, HashMap};
 
 use serde_json::{json, Value};
 
-/// Qwen2/Qwen3 pre-tokenizer pattern (the `Split` step of their `tokenizer.json`).
-pub(crate) const QWEN_SPLIT_REGEX: &str =
-    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
-
 /// One added (special) token: its text and whether decoding may skip it.
 pub(crate) struct AddedToken {
     pub content: &'static str,
@@ -46,7 +42,7 @@ pub(crate) fn byte_to_char() -> [char; 256] {
     map
 }
 
-/// Splits text like [`QWEN_SPLIT_REGEX`] does (a hand-written scanner over the same
+/// Splits text like Qwen's split pattern ([`agent_core::models::qwen_tokenizer::QWEN_SPLIT_REGEX`]) does (a hand-written scanner over the same
 /// alternatives, in the same order), for training.
 pub(crate) fn pretokenize(text: &str) -> Vec<&str> {
     let chars: Vec<(usize, char)> = text.char_indices().collect();
@@ -201,29 +197,9 @@ impl Bpe {
         let added: Vec<Value> = ADDED_TOKENS
             .iter()
             .enumerate()
-            .map(|(k, t)| {
-                json!({"id": self.len() + k, "content": t.content, "single_word": false, "lstrip": false,
-                       "rstrip": false, "normalized": false, "special": t.special})
-            })
+            .map(|(k, t)| agent_core::models::qwen_tokenizer::added_token(self.len() + k, t.content, t.special))
             .collect();
-        let byte_level = json!({"type": "ByteLevel", "add_prefix_space": false, "trim_offsets": false,
-                                "use_regex": false});
-        json!({
-            "version": "1.0",
-            "truncation": null,
-            "padding": null,
-            "added_tokens": added,
-            "normalizer": {"type": "NFC"},
-            "pre_tokenizer": {"type": "Sequence", "pretokenizers": [
-                {"type": "Split", "pattern": {"Regex": QWEN_SPLIT_REGEX}, "behavior": "Isolated", "invert": false},
-                byte_level,
-            ]},
-            "post_processor": byte_level,
-            "decoder": byte_level,
-            "model": {"type": "BPE", "dropout": null, "unk_token": null, "continuing_subword_prefix": "",
-                      "end_of_word_suffix": "", "fuse_unk": false, "byte_fallback": false,
-                      "ignore_merges": false, "vocab": vocab, "merges": merges},
-        })
+        agent_core::models::qwen_tokenizer::byte_level_bpe_json(vocab, merges, added)
     }
 }
 
@@ -308,7 +284,10 @@ mod tests {
         assert_eq!(added[2]["id"], bpe.len() + 2);
         assert_eq!(added[2]["special"], true);
         assert_eq!(added[7]["content"], "<think>");
-        assert_eq!(j["pre_tokenizer"]["pretokenizers"][0]["pattern"]["Regex"], QWEN_SPLIT_REGEX);
+        assert_eq!(
+            j["pre_tokenizer"]["pretokenizers"][0]["pattern"]["Regex"],
+            agent_core::models::qwen_tokenizer::QWEN_SPLIT_REGEX
+        );
         assert_eq!(j["decoder"]["type"], "ByteLevel");
     }
 }

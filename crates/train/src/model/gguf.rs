@@ -17,11 +17,6 @@ use serde_json::{json, Map};
 
 use crate::error::TrainError;
 
-/// The Qwen2/Qwen3 pre-tokenizer's split pattern (their `tokenizer.json`): llama.cpp
-/// names it `qwen2` in `tokenizer.ggml.pre`.
-const QWEN_SPLIT_REGEX: &str =
-    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
-
 /// llama.cpp's token types that are added tokens rather than BPE pieces.
 const TOKEN_TYPE_CONTROL: i32 = 3;
 const TOKEN_TYPE_USER_DEFINED: i32 = 4;
@@ -233,29 +228,14 @@ fn tokenizer_json(meta: &Meta) -> Result<(serde_json::Value, HashMap<String, u32
     for (id, text) in tokens.iter().enumerate() {
         let kind = types.get(id).copied().unwrap_or(1);
         if kind == TOKEN_TYPE_CONTROL || kind == TOKEN_TYPE_USER_DEFINED {
-            added.push(json!({"id": id, "content": text, "single_word": false, "lstrip": false, "rstrip": false,
-                              "normalized": false, "special": kind == TOKEN_TYPE_CONTROL}));
+            added.push(agent_core::models::qwen_tokenizer::added_token(id, text, kind == TOKEN_TYPE_CONTROL));
             special.insert(text.clone(), id as u32);
         }
         vocab.insert(text.clone(), json!(id));
     }
-    let byte_level = json!({"type": "ByteLevel", "add_prefix_space": false, "trim_offsets": false, "use_regex": false});
-    let tokenizer = json!({
-        "version": "1.0",
-        "truncation": null,
-        "padding": null,
-        "added_tokens": added,
-        "normalizer": {"type": "NFC"},
-        "pre_tokenizer": {"type": "Sequence", "pretokenizers": [
-            {"type": "Split", "pattern": {"Regex": QWEN_SPLIT_REGEX}, "behavior": "Isolated", "invert": false},
-            byte_level,
-        ]},
-        "post_processor": byte_level,
-        "decoder": byte_level,
-        "model": {"type": "BPE", "dropout": null, "unk_token": null, "continuing_subword_prefix": "",
-                  "end_of_word_suffix": "", "fuse_unk": false, "byte_fallback": false,
-                  "ignore_merges": false, "vocab": vocab, "merges": merges},
-    });
+    // llama.cpp names Qwen's split pattern `qwen2` in `tokenizer.ggml.pre`.
+    let merges = merges.into_iter().map(serde_json::Value::String).collect();
+    let tokenizer = agent_core::models::qwen_tokenizer::byte_level_bpe_json(vocab, merges, added);
     Ok((tokenizer, special))
 }
 
