@@ -129,30 +129,18 @@ impl LocalArgs {
 /// Runs the chosen subcommand; returns the process exit code.
 pub async fn dispatch(cli: Cli) -> anyhow::Result<u8> {
     let user = agent_core::config::Config::load_user(cli.config.as_deref())?;
-    let command = match cli.command {
-        None => return tui::run(cli.tui, user, cli.trust_project, cli.local.options()).await,
-        Some(Command::Model(cmd)) => return model::run(cmd).await,
-        Some(Command::Tasks(cmd)) => return tasks::run(cmd),
-        Some(Command::JudgeEval(args)) => return judge_eval::run(args).await,
-        Some(Command::Perf(cmd)) => return perf::run(cmd).await,
-        Some(command) => command,
-    };
-    // Every other command reads the project's settings, as far as it is trusted.
-    let headless = project::headless(&user, cli.trust_project)?;
-    match command {
-        Command::Run(args) => run::run(args, headless).await,
-        other => {
-            headless.announce();
-            let config = headless.settings.config;
-            match other {
-                Command::Bench(args) => bench::run(args, config).await,
-                Command::Sandbox(cmd) => sandbox::run(cmd, config).await,
-                Command::Serve(args) => serve::run(args, config).await,
-                Command::Train(args) => train::run(args, config).await,
-                Command::Run(_) | Command::Model(_) | Command::JudgeEval(_) | Command::Perf(_) | Command::Tasks(_) => {
-                    Ok(2)
-                }
-            }
-        }
+    let trust = cli.trust_project;
+    // Commands that run anything read the project's settings, as far as it is trusted.
+    match cli.command {
+        None => tui::run(cli.tui, user, trust, cli.local.options()).await,
+        Some(Command::Run(args)) => run::run(args, project::headless(&user, trust)?).await,
+        Some(Command::Bench(args)) => bench::run(args, project::announced(&user, trust)?).await,
+        Some(Command::Sandbox(cmd)) => sandbox::run(cmd, project::announced(&user, trust)?).await,
+        Some(Command::Serve(args)) => serve::run(args, project::announced(&user, trust)?).await,
+        Some(Command::Train(args)) => train::run(args, project::announced(&user, trust)?).await,
+        Some(Command::Model(cmd)) => model::run(cmd).await,
+        Some(Command::Tasks(cmd)) => tasks::run(cmd),
+        Some(Command::JudgeEval(args)) => judge_eval::run(args).await,
+        Some(Command::Perf(cmd)) => perf::run(cmd).await,
     }
 }

@@ -58,6 +58,14 @@ pub fn headless(user: &UserConfig, trust_flag: bool) -> anyhow::Result<Headless>
     Ok(Headless { dir: project.files.root, settings })
 }
 
+/// The configuration of a headless command without an event stream: what was left
+/// out of the project is printed on stderr first.
+pub fn announced(user: &UserConfig, trust_flag: bool) -> anyhow::Result<agent_core::config::Config> {
+    let headless = headless(user, trust_flag)?;
+    headless.announce();
+    Ok(headless.settings.config)
+}
+
 /// The event naming what `settings` leaves out of the project in `dir`, if anything.
 pub fn ignored_event(dir: &std::path::Path, settings: &ProjectSettings, hint: &str) -> Option<Event> {
     if settings.ignored.is_empty() {
