@@ -166,7 +166,9 @@ fn classify(rec: &TrialRecord, recording: &Recording) -> (RolloutStatus, String)
             return (RolloutStatus::Crashed, rec.reason.clone())
         }
         FailureMode::AgentTimeout => return (RolloutStatus::TimedOut, rec.reason.clone()),
-        FailureMode::AgentError if recording.segments.is_empty() => {
+        // A model call that failed before anything was sampled (no call at all, or a
+        // prompt that already fills the context) says nothing about the policy.
+        FailureMode::AgentError if recording.segments.iter().all(|s| !s.mask.contains(&1)) => {
             return (RolloutStatus::Crashed, rec.reason.clone())
         }
         _ => {}
