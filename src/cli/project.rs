@@ -8,7 +8,7 @@ use std::path::PathBuf;
 use anyhow::Context;
 
 use agent_core::config::UserConfig;
-use agent_core::project::{assemble, Project, ProjectSettings, TrustStore};
+use agent_core::project::{Project, ProjectSettings, TrustStore};
 use agent_protocol::{Event, IgnoredSetting};
 
 /// What a headless command starts from.
@@ -54,7 +54,7 @@ pub fn headless(user: &UserConfig, trust_flag: bool) -> anyhow::Result<Headless>
     let dir = std::env::current_dir().context("cannot read the current directory")?;
     let store = TrustStore::load()?;
     let project = Project::open(&dir, user, &store)?;
-    let settings = assemble(user, &project.files, project.headless_apply(trust_flag))?;
+    let settings = project.settings(user, project.headless_apply(trust_flag))?;
     Ok(Headless { dir: project.files.root, settings })
 }
 

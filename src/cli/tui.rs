@@ -11,7 +11,7 @@ use futures_util::FutureExt;
 use agent_core::config::UserConfig;
 use agent_core::episode::{build_episode, ContainerSource, EpisodeRequest, ImageContainer};
 use agent_core::llm::{resolve_model, ModelSpec, ResolveOptions};
-use agent_core::project::{assemble, Apply, Project, ProjectSettings, TrustStore};
+use agent_core::project::{Apply, Project, ProjectSettings, TrustStore};
 use agent_core::tools::ToolFormat;
 use agent_protocol::ApprovalMode;
 use agent_tui::trust::{TrustChoice, TrustPrompt};
@@ -243,7 +243,7 @@ fn project_settings(
             TrustChoice::Quit => return Ok(None),
         }
     };
-    let settings = assemble(user, &project.files, apply)?;
+    let settings = project.settings(user, apply)?;
     let mut notices: Vec<String> = settings.refused().map(|a| a.text.clone()).collect();
     if apply == Apply::Nothing {
         notices.push(format!(

@@ -51,7 +51,16 @@ impl ProjectSettings {
 
 /// The user's settings with the project's laid over them as `apply` allows.
 pub fn assemble(user: &UserConfig, files: &ProjectFiles, apply: Apply) -> Result<ProjectSettings, ProjectError> {
-    let asks = project_asks(files, &user.config);
+    assemble_asks(user, files, project_asks(files, &user.config), apply)
+}
+
+/// [`assemble`] with what the files ask for already known (see [`super::Project::settings`]).
+pub(crate) fn assemble_asks(
+    user: &UserConfig,
+    files: &ProjectFiles,
+    asks: Vec<Ask>,
+    apply: Apply,
+) -> Result<ProjectSettings, ProjectError> {
     let dropped = |a: &Ask| match apply {
         Apply::All => false,
         Apply::SafeOnly => a.needs_trust,

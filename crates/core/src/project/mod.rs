@@ -86,6 +86,11 @@ impl Project {
         }
     }
 
+    /// The settings of a session in this project, `apply` deciding how much of it is used.
+    pub fn settings(&self, user: &UserConfig, apply: Apply) -> Result<ProjectSettings, ProjectError> {
+        assemble::assemble_asks(user, &self.files, self.asks.clone(), apply)
+    }
+
     /// The dialog's lines (and what a trust decision records).
     pub fn lines(&self) -> Vec<String> {
         self.asks.iter().map(|a| a.text.clone()).collect()
