@@ -28,6 +28,12 @@ fn indent(text: &str) -> String {
     text.lines().map(|l| format!("    {l}")).collect::<Vec<_>>().join("\n")
 }
 
+/// The lines for the settings of an untrusted project that a run leaves out.
+pub fn describe_ignored(project: &str, ignored: &[agent_protocol::IgnoredSetting], hint: &str) -> String {
+    let lines: Vec<String> = ignored.iter().map(|i| format!("    - {} ({})", i.what, i.file)).collect();
+    format!("● not used, because the project {project} is not trusted:\n{}\n  {hint}", lines.join("\n"))
+}
+
 impl Printer {
     /// A printer in JSON-lines or human mode.
     pub fn new(json: bool) -> Self {
@@ -81,10 +87,7 @@ impl Printer {
             // The plan is the assistant message just printed.
             Event::TaskComplete | Event::PlanProposed { .. } | Event::TaskStarted { .. } => return,
             Event::Notice { message } => format!("● {message}"),
-            Event::ProjectSettingsIgnored { project, ignored, hint } => {
-                let lines: Vec<String> = ignored.iter().map(|i| format!("    - {} ({})", i.what, i.file)).collect();
-                format!("● not used, because the project {project} is not trusted:\n{}\n  {hint}", lines.join("\n"))
-            }
+            Event::ProjectSettingsIgnored { project, ignored, hint } => describe_ignored(project, ignored, hint),
             Event::Error { message, fatal } => format!("{} {message}", if *fatal { "✗ error:" } else { "! warning:" }),
             Event::EpisodeEnd { reason, turns, usage, finish_message } => {
                 let head = if *reason == EndReason::Finished { "✔ finished" } else { "■ stopped" };

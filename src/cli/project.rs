@@ -22,7 +22,19 @@ pub struct Headless {
 impl Headless {
     /// The event naming the project's settings that are not used, if any.
     pub fn ignored_event(&self) -> Option<Event> {
-        ignored_event(&self.dir, &self.settings, HEADLESS_HINT)
+        if self.settings.ignored.is_empty() {
+            return None;
+        }
+        Some(Event::ProjectSettingsIgnored {
+            project: self.dir.display().to_string(),
+            ignored: self
+                .settings
+                .ignored
+                .iter()
+                .map(|a| IgnoredSetting { kind: a.kind.name().into(), file: a.file.clone(), what: a.text.clone() })
+                .collect(),
+            hint: HEADLESS_HINT.into(),
+        })
     }
 
     /// Lines for the user about refused files.
@@ -37,11 +49,7 @@ impl Headless {
             eprintln!("● {n}");
         }
         if let Some(Event::ProjectSettingsIgnored { project, ignored, hint }) = self.ignored_event() {
-            eprintln!("● not used, because the project {project} is not trusted:");
-            for i in ignored {
-                eprintln!("    - {} ({})", i.what, i.file);
-            }
-            eprintln!("  {hint}");
+            eprintln!("{}", super::print::describe_ignored(&project, &ignored, &hint));
         }
     }
 }
@@ -64,20 +72,4 @@ pub fn announced(user: &UserConfig, trust_flag: bool) -> anyhow::Result<agent_co
     let headless = headless(user, trust_flag)?;
     headless.announce();
     Ok(headless.settings.config)
-}
-
-/// The event naming what `settings` leaves out of the project in `dir`, if anything.
-pub fn ignored_event(dir: &std::path::Path, settings: &ProjectSettings, hint: &str) -> Option<Event> {
-    if settings.ignored.is_empty() {
-        return None;
-    }
-    Some(Event::ProjectSettingsIgnored {
-        project: dir.display().to_string(),
-        ignored: settings
-            .ignored
-            .iter()
-            .map(|a| IgnoredSetting { kind: a.kind.name().into(), file: a.file.clone(), what: a.text.clone() })
-            .collect(),
-        hint: hint.into(),
-    })
 }
