@@ -98,7 +98,9 @@ pub struct LocalArgs {
     /// Turn Qwen3-style thinking off (`--think false`) or on.
     #[arg(long)]
     pub think: Option<bool>,
-    /// A PEFT LoRA adapter folder (e.g. from `agent train`) applied to a safetensors model.
+    /// A LoRA adapter from `agent train`: its folder (PEFT files for a safetensors model,
+    /// `adapter-model.gguf` for a GGUF model such as the built-in ones) or a llama.cpp
+    /// adapter `.gguf` file.
     #[arg(long, value_name = "ADAPTER_DIR")]
     pub lora: Option<PathBuf>,
 }

@@ -28,6 +28,12 @@ pub struct TrainArgs {
     /// Task folder (overrides the preset's).
     #[arg(long)]
     pub tasks: Option<PathBuf>,
+    /// Held-out task folder for the evaluations before and after (overrides eval.tasks).
+    #[arg(long, value_name = "DIR")]
+    pub eval_tasks: Option<PathBuf>,
+    /// Evaluation rollouts on each side (overrides eval.rollouts; 0 skips the evaluations).
+    #[arg(long, value_name = "N")]
+    pub eval_rollouts: Option<usize>,
     /// Train LoRA adapters (rank 16 on every projection unless the preset sets them).
     #[arg(long, conflicts_with = "full")]
     pub lora: bool,
@@ -40,8 +46,9 @@ pub struct TrainArgs {
     /// Seed of every random choice (overrides the preset's).
     #[arg(long)]
     pub seed: Option<u64>,
-    /// Who samples the rollouts: `candle` (in process) or `mistralrs` (overrides the preset's).
-    #[arg(long, value_parser = ["candle", "mistralrs", "mistral.rs"])]
+    /// Who samples the rollouts: `candle` (in process), `mistralrs`, or `llamacpp` (a GGUF
+    /// base with the adapter set after each update) (overrides the preset's).
+    #[arg(long, value_parser = ["candle", "mistralrs", "mistral.rs", "llamacpp"])]
     pub engine: Option<String>,
     /// Continue from the newest complete checkpoint in --out.
     #[arg(long)]
@@ -64,6 +71,12 @@ pub struct TrainArgs {
 /// Runs `agent train`.
 pub async fn run(args: TrainArgs, config: Config) -> anyhow::Result<u8> {
     let mut preset = Preset::find(&args.preset)?;
+    if let Some(tasks) = &args.eval_tasks {
+        preset.eval.tasks = Some(std::path::absolute(tasks)?.display().to_string());
+    }
+    if let Some(n) = args.eval_rollouts {
+        preset.eval.rollouts = n;
+    }
     if let Some(tasks) = &args.tasks {
         preset.tasks = std::path::absolute(tasks)?.display().to_string();
     }
@@ -89,7 +102,11 @@ pub async fn run(args: TrainArgs, config: Config) -> anyhow::Result<u8> {
         preset.seed = seed;
     }
     if let Some(engine) = &args.engine {
-        preset.rollout.engine = if engine == "candle" { RolloutEngine::Candle } else { RolloutEngine::Mistralrs };
+        preset.rollout.engine = match engine.as_str() {
+            "candle" => RolloutEngine::Candle,
+            "llamacpp" => RolloutEngine::Llamacpp,
+            _ => RolloutEngine::Mistralrs,
+        };
     }
     if let Some(file) = &args.sft {
         let sft = preset.sft.get_or_insert_with(|| agent_train::preset::SftSection {
@@ -97,6 +114,12 @@ pub async fn run(args: TrainArgs, config: Config) -> anyhow::Result<u8> {
             epochs: 3,
             lr: 1e-4,
             batch: 8,
+            // A GGUF base served by llama.cpp keeps its weights: the warm start trains the adapter.
+            into: if preset.rollout.engine == RolloutEngine::Llamacpp {
+                agent_train::preset::SftInto::Adapter
+            } else {
+                agent_train::preset::SftInto::Weights
+            },
         });
         sft.file = std::path::absolute(file)?.display().to_string();
     }

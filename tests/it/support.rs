@@ -216,10 +216,27 @@ pub fn installed_with_cache(dir: &std::path::Path, cache: &std::path::Path) -> C
     let agent = bin.join("agent");
     if !agent.is_file() {
         std::fs::copy(agent_bin(), &agent).unwrap();
+        wait_until_executable(&agent);
     }
     let mut c = Command::new(agent);
     c.current_dir(work).env("AGENT_CACHE_DIR", cache);
     c
+}
+
+/// Waits out ETXTBSY on a binary this process just wrote: a child forked by another test
+/// thread while the copy's file was open for writing holds that descriptor until it execs,
+/// and until then the kernel refuses to run the file.
+fn wait_until_executable(bin: &std::path::Path) {
+    for _ in 0..100 {
+        match Command::new(bin).arg("--version").output() {
+            Err(e) if e.kind() == std::io::ErrorKind::ExecutableFileBusy => {
+                std::thread::sleep(std::time::Duration::from_millis(50))
+            }
+            Err(e) => panic!("cannot run {}: {e}", bin.display()),
+            Ok(_) => return,
+        }
+    }
+    panic!("{} stayed busy for 5 s after it was copied", bin.display());
 }
 
 /// Copies a folder tree.

@@ -12,6 +12,9 @@ pub mod perf;
 mod rng;
 pub mod tiny_qwen3;
 
-pub use llamacpp::{reference_logits as llamacpp_reference_logits, LlamaCppBackend, LlamaCppOptions};
+pub use llamacpp::{
+    reference_logits as llamacpp_reference_logits, LlamaCppBackend, LlamaCppOptions, LlamaRollouts,
+    RolloutEngineOptions, TokenChooser, TokenReply, TokenRequest, LORA_GGUF_FILE,
+};
 pub use loader::{default_target, resolve_options, Engines};
 pub use mistralrs::{LocalBackend, TokenCompletion};

@@ -94,18 +94,14 @@ async fn load_local(path: &Path, opts: &LocalModelOptions) -> Result<Arc<dyn Mod
     if !use_llamacpp {
         return Ok(Arc::new(LocalBackend::load(path, opts).await?));
     }
-    if let Some(adapter) = &opts.lora {
-        return Err(LlmError::UnknownSpec {
-            spec: adapter.display().to_string(),
-            hint: "LoRA adapters apply to safetensors model folders (run through mistral.rs), not GGUF files".into(),
-        });
-    }
+    let lora = opts.lora.as_deref().map(gguf_adapter).transpose()?;
     let llama_opts = LlamaCppOptions {
         n_ctx: opts.context_tokens.unwrap_or(0),
         threads: opts.threads.unwrap_or(0),
         flash_attention: None,
         prompt_cache_dir: opts.prompt_cache_dir.clone(),
         sampling: opts.sampling,
+        lora,
     };
     let path = path.to_path_buf();
     // llama.cpp loads synchronously (mapping the file, allocating the KV cache).
@@ -113,6 +109,32 @@ async fn load_local(path: &Path, opts: &LocalModelOptions) -> Result<Arc<dyn Mod
         .await
         .map_err(|e| LlmError::Other(format!("the llama.cpp loader stopped: {e}")))??;
     Ok(Arc::new(backend))
+}
+
+/// The llama.cpp adapter file a `--lora` argument names for a GGUF model: the file
+/// itself, or `adapter-model.gguf` in the folder `agent train` wrote.
+fn gguf_adapter(arg: &Path) -> Result<std::path::PathBuf, LlmError> {
+    if arg.is_file() && arg.extension().is_some_and(|e| e.eq_ignore_ascii_case("gguf")) {
+        return Ok(arg.to_path_buf());
+    }
+    let inside = arg.join(crate::LORA_GGUF_FILE);
+    if inside.is_file() {
+        return Ok(inside);
+    }
+    let hint = if arg.join("adapter_config.json").is_file() {
+        format!(
+            "this adapter folder has PEFT files but no {} for llama.cpp; adapters written by \
+             `agent train` since it trains GGUF bases carry one, a PEFT-only adapter needs the \
+             model's safetensors folder (run through mistral.rs)",
+            crate::LORA_GGUF_FILE
+        )
+    } else {
+        format!(
+            "a GGUF model takes a LoRA adapter as a llama.cpp adapter GGUF file or a folder holding {}",
+            crate::LORA_GGUF_FILE
+        )
+    };
+    Err(LlmError::UnknownSpec { spec: arg.display().to_string(), hint })
 }
 
 #[cfg(test)]

@@ -16,12 +16,14 @@ use super::dist::{barrier, blocking, share_of, Collective, SingleRank};
 use super::error::{TensorContext, TrainError};
 use super::grpo::{group_advantages, is_degenerate};
 use super::metrics::{MetricsLog, StepMetrics};
+use super::model::gguf;
+use super::model::lora_gguf::save_adapter_folder;
 use super::model::{peft, LoraSettings, Qwen3, TrainMode};
 use super::optim::AdamW;
-use super::preset::{Preset, RolloutEngine, TruncPolicy};
+use super::preset::{Preset, RolloutEngine, SftInto, TruncPolicy};
 use super::rollout::{
-    run_spread, MistralrsEngine, PolicySampling, Rollout, RolloutPlan, RolloutRunner, RolloutSampler, RolloutStatus,
-    Sampler,
+    run_spread, LlamaCppEngine, MistralrsEngine, PolicySampling, Rollout, RolloutPlan, RolloutRunner, RolloutSampler,
+    RolloutStatus, Sampler,
 };
 use super::setup;
 use super::step::StepLoop;
@@ -61,6 +63,18 @@ pub struct EvalReport {
     pub after: f64,
     /// Evaluation rollouts on each side.
     pub rollouts: usize,
+    /// Binomial standard error of `before` (√(p(1−p)/n) over the rollouts).
+    pub before_se: f64,
+    /// Binomial standard error of `after`.
+    pub after_se: f64,
+}
+
+/// √(p(1−p)/n): the standard error of a success rate over `n` rollouts.
+fn standard_error(rate: f64, n: usize) -> f64 {
+    if n == 0 || rate.is_nan() {
+        return f64::NAN;
+    }
+    (rate * (1.0 - rate) / n as f64).sqrt()
 }
 
 /// The training mode a preset asks for.
@@ -188,6 +202,28 @@ pub async fn train(
             log("rollouts are sampled by mistral.rs (the policy is reloaded after every update)".into());
             Arc::new(engine)
         }
+        RolloutEngine::Llamacpp => {
+            let gguf = gguf::source_of(&start_dir).ok_or_else(|| {
+                TrainError::Config(format!(
+                    "rollout.engine llamacpp needs a GGUF base (a built-in model or a .gguf path); {} is a \
+                     safetensors model",
+                    preset.model.path
+                ))
+            })?;
+            let work = match world.world_size() {
+                1 => out.join("rollout-engine"),
+                _ => out.join(format!("rollout-engine-rank{rank}")),
+            };
+            let alpha = preset.mode.lora.as_ref().map_or(1.0, |l| l.alpha);
+            let sequences = preset.rollout.concurrency.div_ceil(world.world_size());
+            let engine =
+                LlamaCppEngine::start(&policy, &gguf, &work, alpha, sequences, preset.grpo.max_seq_len).await?;
+            log(format!(
+                "rollouts are sampled by llama.cpp over {} ({sequences} at once; the adapter is set after every update)",
+                gguf.display()
+            ));
+            Arc::new(engine)
+        }
         _ => Arc::new(Sampler::start(policy.merged().ctx("merging the policy")?)?),
     };
     let sampling = PolicySampling {
@@ -224,16 +260,41 @@ pub async fn train(
         preset.rollout.concurrency.div_ceil(world.world_size()),
     );
     let update = setup::update_settings(preset, im_end);
+    let eval_runner = match &preset.eval.tasks {
+        Some(dir) => {
+            let dir = preset.resolve_path(dir)?;
+            let (ctx, tasks) = setup::trial_context(
+                &dir,
+                setup::rollout_config(preset, &opts.config),
+                docker,
+                &out.join("eval-rollouts"),
+                &format!("{run_id}-eval"),
+            )
+            .await?;
+            let _ = agent_sandbox::remove_run_settled(docker, &format!("{run_id}-eval")).await;
+            Some(runner.for_tasks(ctx, tasks))
+        }
+        None => None,
+    };
+    let eval_runner = eval_runner.as_ref().unwrap_or(&runner);
 
     let before = match state.eval_before {
         Some(b) => b,
         None => {
-            let rate = evaluate(&runner, preset, out, "eval-before", opts.progress, world).await?;
+            let rate = evaluate(eval_runner, preset, out, "eval-before", opts.progress, world).await?;
             log(describe_rate("before", rate));
             state.eval_before = Some(rate);
             rate
         }
     };
+    // A warm start into the adapter comes after the first evaluation, so that "before" is
+    // the model the user had; a resumed run has it in its checkpoint already.
+    if let (TrainMode::Lora(settings), 0) = (&mode, state.step) {
+        if preset.sft.as_ref().is_some_and(|s| s.into == SftInto::Adapter) {
+            setup::warm_start_adapter(preset, &policy, settings, &start_dir, out, log)?;
+            sampler.load_policy(&policy).await?;
+        }
+    }
 
     let steps = preset.grpo.steps as u64;
     let bar = progress_bar(opts.progress, steps, "steps");
@@ -268,9 +329,16 @@ pub async fn train(
         steps_loop.step(&mut state).await?;
     }
     bar.finish_and_clear();
-    let after = evaluate(&runner, preset, out, "eval-after", opts.progress, world).await?;
+    let after = evaluate(eval_runner, preset, out, "eval-after", opts.progress, world).await?;
     log(describe_rate("after", after));
-    let report = EvalReport { before, after, rollouts: preset.eval.rollouts };
+    let n = preset.eval.rollouts;
+    let report = EvalReport {
+        before,
+        after,
+        rollouts: n,
+        before_se: standard_error(before, n),
+        after_se: standard_error(after, n),
+    };
     if lead {
         export_final(&policy, &mode, &start_dir, out)?;
         let json = serde_json::to_vec_pretty(&report).map_err(|e| TrainError::Other(e.to_string()))?;
@@ -443,7 +511,7 @@ pub(crate) fn save_checkpoint(
     if world.rank() == 0 {
         checkpoints.save(state, &|dir| {
             match mode {
-                TrainMode::Lora(s) => peft::save_adapter(policy, s, &base.display().to_string(), &dir.join("adapter"))?,
+                TrainMode::Lora(s) => save_adapter_folder(policy, s, base, &dir.join("adapter"))?,
                 TrainMode::Full => peft::save_full_weights(policy, base, &dir.join("model"))?,
             }
             for entry in std::fs::read_dir(&staging).map_err(|e| TrainError::io("read", &staging, e))?.flatten() {
@@ -492,7 +560,7 @@ fn export_final(policy: &Qwen3, mode: &TrainMode, base: &Path, out: &Path) -> Re
     };
     let _ = std::fs::remove_dir_all(&tmp);
     match mode {
-        TrainMode::Lora(s) => peft::save_adapter(policy, s, &base.display().to_string(), &tmp)?,
+        TrainMode::Lora(s) => save_adapter_folder(policy, s, base, &tmp)?,
         TrainMode::Full => peft::save_full_weights(policy, base, &tmp)?,
     }
     let dest = out.join(name);

@@ -12,9 +12,9 @@ use tokenizers::Tokenizer;
 
 use super::dist::SingleRank;
 use super::error::TrainError;
-use super::model::{peft, Qwen3, TrainMode};
+use super::model::{peft, LoraSettings, Qwen3, TrainMode};
 use super::optim::{AdamW, AdamWSettings};
-use super::preset::Preset;
+use super::preset::{Preset, SftInto, SftSection};
 use super::rollout::chat::PromptRenderer;
 use super::sft::{read_transcripts, transcript_sample};
 use super::update::{sft_step, Sample, UpdateSettings};
@@ -152,11 +152,54 @@ pub fn warm_start(
     dtype: DType,
     log: &dyn Fn(String),
 ) -> Result<PathBuf, TrainError> {
-    let Some(sft) = &preset.sft else { return Ok(base.to_path_buf()) };
+    let Some(sft) = preset.sft.as_ref().filter(|s| s.into == SftInto::Weights) else {
+        return Ok(base.to_path_buf());
+    };
     let dir = out.join("sft-model");
     if dir.join("model.safetensors").is_file() {
         return Ok(dir);
     }
+    let model = Qwen3::load(base, &TrainMode::Full, dtype, device, preset.seed)?;
+    supervised_epochs(preset, sft, &model, base, log)?;
+    let tmp = out.join(".tmp-sft-model");
+    let _ = std::fs::remove_dir_all(&tmp);
+    peft::save_full_weights(&model, base, &tmp)?;
+    std::fs::rename(&tmp, &dir).map_err(|e| TrainError::io("rename", &tmp, e))?;
+    Ok(dir)
+}
+
+/// The warm start into the policy's own LoRA adapter (`sft.into: adapter`): the base stays
+/// as it is (a GGUF base keeps serving rollouts with the adapter on top), and GRPO goes on
+/// training the same adapter. Done once per run: a later start loads `out/sft-adapter`.
+pub fn warm_start_adapter(
+    preset: &Preset,
+    policy: &Qwen3,
+    settings: &LoraSettings,
+    base: &Path,
+    out: &Path,
+    log: &dyn Fn(String),
+) -> Result<(), TrainError> {
+    let Some(sft) = preset.sft.as_ref().filter(|s| s.into == SftInto::Adapter) else { return Ok(()) };
+    let dir = out.join("sft-adapter");
+    if dir.join("adapter_model.safetensors").is_file() {
+        log(format!("warm start: the adapter from {}", dir.display()));
+        return peft::load_adapter_into(policy, &dir);
+    }
+    supervised_epochs(preset, sft, policy, base, log)?;
+    let tmp = out.join(".tmp-sft-adapter");
+    let _ = std::fs::remove_dir_all(&tmp);
+    peft::save_adapter(policy, settings, &base.display().to_string(), &tmp)?;
+    std::fs::rename(&tmp, &dir).map_err(|e| TrainError::io("rename", &tmp, e))
+}
+
+/// Trains `model`'s trainable variables on the preset's demonstrations.
+fn supervised_epochs(
+    preset: &Preset,
+    sft: &SftSection,
+    model: &Qwen3,
+    base: &Path,
+    log: &dyn Fn(String),
+) -> Result<(), TrainError> {
     let tokenizer = load_tokenizer(base)?;
     let renderer = load_renderer(base)?;
     let im_end = token_id(&tokenizer, "<|im_end|>", base)?;
@@ -165,27 +208,28 @@ pub fn warm_start(
         .iter()
         .map(|t| transcript_sample(t, &tokenizer, &renderer, im_end))
         .collect::<Result<_, _>>()?;
-    let model = Qwen3::load(base, &TrainMode::Full, dtype, device, preset.seed)?;
     let settings = AdamWSettings { lr: sft.lr, weight_decay: 0.0, ..adam_settings(preset) };
     let mut opt = AdamW::new(model.trainable(), settings)?;
     let update = update_settings(preset, im_end);
     let mut rng = rand::rngs::StdRng::seed_from_u64(preset.seed ^ 0x5F7);
     for epoch in 0..sft.epochs {
+        let started = std::time::Instant::now();
         let mut order: Vec<&Sample> = samples.iter().collect();
         order.shuffle(&mut rng);
         let mut losses = Vec::new();
         for (k, batch) in order.chunks(sft.batch.max(1)).enumerate() {
             let seed = preset.seed ^ ((epoch as u64) << 32) ^ k as u64;
-            losses.push(sft_step(&model, &mut opt, batch, &update, &SingleRank, seed)?);
+            losses.push(sft_step(model, &mut opt, batch, &update, &SingleRank, seed)?);
         }
         let mean = losses.iter().sum::<f64>() / losses.len().max(1) as f64;
-        log(format!("warm start: epoch {}/{} loss {mean:.4}", epoch + 1, sft.epochs));
+        log(format!(
+            "warm start: epoch {}/{} loss {mean:.4} ({:.0} s)",
+            epoch + 1,
+            sft.epochs,
+            started.elapsed().as_secs_f64()
+        ));
     }
-    let tmp = out.join(".tmp-sft-model");
-    let _ = std::fs::remove_dir_all(&tmp);
-    peft::save_full_weights(&model, base, &tmp)?;
-    std::fs::rename(&tmp, &dir).map_err(|e| TrainError::io("rename", &tmp, e))?;
-    Ok(dir)
+    Ok(())
 }
 
 /// The optimiser of a run's trainable variables: replicated on every rank, or sharded

@@ -18,6 +18,7 @@ use llama_cpp_2::token::LlamaToken;
 use llama_cpp_2::{send_logs_to_tracing, LogOptions};
 use tokio_util::sync::CancellationToken;
 
+use super::adapter::Swap;
 use super::text_stream::TextStream;
 use super::{llama_error, load_error, ChatJob, Job, LlamaCppOptions, Loaded, WorkerEvent};
 use agent_core::llm::{
@@ -100,14 +101,24 @@ pub(super) fn worker(
         .with_n_threads(threads)
         .with_n_threads_batch(threads)
         .with_flash_attention_policy(flash_attention);
-    let disk_cache = opts.prompt_cache_dir.as_deref().map(|dir| disk_cache_file(dir, &path, opts.flash_attention));
-    let ctx = match model.new_context(backend, params) {
+    let disk_cache = opts
+        .prompt_cache_dir
+        .as_deref()
+        .map(|dir| disk_cache_file(dir, &path, opts.lora.as_deref(), opts.flash_attention));
+    let mut ctx = match model.new_context(backend, params) {
         Ok(c) => c,
         Err(e) => {
             let _ = ready.send(Err(load_error(&path, format!("cannot create a context of {n_ctx} tokens: {e}"))));
             return;
         }
     };
+    let mut lora = Swap::none();
+    if let Some(adapter) = &opts.lora {
+        if let Err(e) = lora.set(&model, &mut ctx, adapter) {
+            let _ = ready.send(Err(e));
+            return;
+        }
+    }
     let template = match chat_template(&model) {
         Ok(t) => t,
         Err(e) => {
@@ -120,6 +131,7 @@ pub(super) fn worker(
     let mut engine = Engine {
         model: &model,
         ctx,
+        _lora: lora,
         template,
         jinja,
         sampling: opts.sampling,
@@ -187,7 +199,10 @@ fn chatml() -> Result<LlamaChatTemplate, LlmError> {
 /// The model, its context and what the KV cache holds. Lives on the worker thread.
 struct Engine<'m> {
     model: &'m LlamaModel,
+    // Field order matters: the context is dropped before the adapter it applies.
     ctx: LlamaContext<'m>,
+    /// The LoRA adapter applied to every call, if any.
+    _lora: Swap<'m>,
     template: LlamaChatTemplate,
     /// The same template compiled as Jinja, for conversations with tools.
     jinja: Option<ChatTemplate>,
@@ -554,14 +569,19 @@ fn sampler(s: &SamplingParams, defaults: &SamplingDefaults, n_vocab: i32) -> Lla
 /// The prompt-cache file for a model. The name changes with anything that makes a saved
 /// KV cache unusable: the model file (path, size, modification time), the flash-attention
 /// setting (it changes the V-cache layout) and the llama.cpp bindings version.
-fn disk_cache_file(dir: &Path, model: &Path, flash_attention: Option<bool>) -> PathBuf {
-    let meta = std::fs::metadata(model).ok();
-    let size = meta.as_ref().map_or(0, std::fs::Metadata::len);
-    let mtime = meta
-        .and_then(|m| m.modified().ok())
-        .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
-        .map_or(0, |d| d.as_secs());
-    let key = format!("{}|{size}|{mtime}|{flash_attention:?}|llama-cpp-2 0.1.160", model.display());
+fn disk_cache_file(dir: &Path, model: &Path, lora: Option<&Path>, flash_attention: Option<bool>) -> PathBuf {
+    let stamp = |file: &Path| {
+        let meta = std::fs::metadata(file).ok();
+        let size = meta.as_ref().map_or(0, std::fs::Metadata::len);
+        let mtime = meta
+            .and_then(|m| m.modified().ok())
+            .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+            .map_or(0, |d| d.as_nanos());
+        format!("{}|{size}|{mtime}", file.display())
+    };
+    // An adapter changes every cached key and value, so it is part of the name.
+    let adapter = lora.map(stamp).unwrap_or_default();
+    let key = format!("{}|{adapter}|{flash_attention:?}|llama-cpp-2 0.1.160", stamp(model));
     // FNV-1a: stable across Rust versions, unlike `DefaultHasher`.
     let hash = key.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3));
     let stem = model.file_stem().map(|s| s.to_string_lossy().to_string()).unwrap_or_default();

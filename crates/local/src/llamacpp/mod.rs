@@ -25,12 +25,16 @@ use agent_core::llm::{
     ToolDefinition,
 };
 
+mod adapter;
 mod engine;
 mod gguf_check;
 mod logits;
+mod rollouts;
 mod text_stream;
 
+pub use adapter::LORA_GGUF_FILE;
 pub use logits::reference_logits;
+pub use rollouts::{LlamaRollouts, RolloutEngineOptions, TokenChooser, TokenReply, TokenRequest};
 
 /// How a llama.cpp model is loaded; the default takes the model's own context (at most
 /// 32,768), every core, llama.cpp's flash-attention choice and no prompt cache.
@@ -50,6 +54,9 @@ pub struct LlamaCppOptions {
     pub prompt_cache_dir: Option<PathBuf>,
     /// Sampling where a request sets none.
     pub sampling: agent_core::llm::SamplingDefaults,
+    /// A LoRA adapter in llama.cpp's GGUF format, applied over the model (what `agent
+    /// train` writes as `adapter-model.gguf`).
+    pub lora: Option<PathBuf>,
 }
 
 /// A GGUF model running on the CPU through llama.cpp.

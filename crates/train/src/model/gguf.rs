@@ -9,7 +9,7 @@
 use std::collections::HashMap;
 use std::fs::File;
 use std::io::BufReader;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use candle_core::quantized::gguf_file::{Content, Value};
 use candle_core::{Device, Tensor};
@@ -26,6 +26,18 @@ const DONE_MARKER: &str = "gguf-source.json";
 
 /// Writes the model folder for `gguf` into `out` (atomically: a temporary folder renamed
 /// at the end), unless `out` already holds the conversion of the same file.
+/// Whether `dir` is a model folder converted from a GGUF file by [`materialise`].
+pub fn is_materialised(dir: &Path) -> bool {
+    dir.join(DONE_MARKER).is_file()
+}
+
+/// The GGUF file `dir` was converted from, as [`materialise`] recorded it.
+pub fn source_of(dir: &Path) -> Option<PathBuf> {
+    let text = std::fs::read_to_string(dir.join(DONE_MARKER)).ok()?;
+    let v: serde_json::Value = serde_json::from_str(&text).ok()?;
+    v.get("file").and_then(|p| p.as_str()).map(PathBuf::from)
+}
+
 pub fn materialise(gguf: &Path, out: &Path) -> Result<(), TrainError> {
     let (size, modified) = stamp(gguf)?;
     let source = json!({"file": gguf.display().to_string(), "size": size, "modified": modified});

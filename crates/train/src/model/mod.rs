@@ -6,6 +6,7 @@ pub mod gguf;
 pub use agent_train_kernels::{frozen, fused};
 pub mod logprobs;
 pub mod lora;
+pub mod lora_gguf;
 pub mod peft;
 pub mod qwen3;
 

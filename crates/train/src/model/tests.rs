@@ -270,3 +270,35 @@ fn adapters_round_trip_through_peft_files_and_merge_like_the_model() {
         assert!((x - y).abs() < 1e-4, "{x} vs {y}");
     }
 }
+
+#[test]
+fn the_llama_cpp_adapter_file_holds_each_pair_in_the_layout_llama_cpp_checks() {
+    use candle_core::quantized::gguf_file;
+    let dir = tempfile::tempdir().unwrap();
+    write_random_qwen3(dir.path(), 13, true, 6);
+    let settings = LoraSettings { rank: 2, alpha: 4.0, dropout: 0.0, targets: vec!["k_proj".into(), "up_proj".into()] };
+    let model = Qwen3::load(dir.path(), &TrainMode::Lora(settings), DType::F32, &Device::Cpu, 1).unwrap();
+    let file = dir.path().join("adapter-model.gguf");
+    super::lora_gguf::save_adapter_gguf(&model, 4.0, "qwen3", &file).unwrap();
+    let mut reader = std::fs::File::open(&file).unwrap();
+    let content = gguf_file::Content::read(&mut reader).unwrap();
+    let text = |k: &str| content.metadata[k].to_string().unwrap().clone();
+    assert_eq!(text("general.type"), "adapter");
+    assert_eq!(text("adapter.type"), "lora");
+    assert_eq!(text("general.architecture"), "qwen3");
+    assert_eq!(content.metadata["adapter.lora.alpha"].to_f32().unwrap(), 4.0);
+    // Two layers × two targets × (A, B).
+    assert_eq!(content.tensor_infos.len(), 8);
+    let (hidden, kv) = (model.cfg.hidden_size, model.cfg.num_key_value_heads * model.cfg.head_dim());
+    // candle reads ggml's [ne0, ne1] back as [ne1, ne0]: A is r×in, B is out×r, as PEFT's.
+    let shape = |n: &str| content.tensor_infos[n].shape.dims().to_vec();
+    assert_eq!(shape("blk.0.attn_k.weight.lora_a"), vec![2, hidden]);
+    assert_eq!(shape("blk.0.attn_k.weight.lora_b"), vec![kv, 2]);
+    assert_eq!(shape("blk.1.ffn_up.weight.lora_b"), vec![model.cfg.intermediate_size, 2]);
+    // The values are the adapter's.
+    let (_, _, lin) = model.projections().into_iter().find(|(i, m, _)| *i == 1 && *m == "mlp.up_proj").unwrap();
+    let a = content.tensor(&mut reader, "blk.1.ffn_up.weight.lora_a", &Device::Cpu).unwrap();
+    let a = a.dequantize(&Device::Cpu).unwrap().flatten_all().unwrap().to_vec1::<f32>().unwrap();
+    let ours = lin.lora.as_ref().unwrap().a.as_tensor().flatten_all().unwrap().to_vec1::<f32>().unwrap();
+    assert_eq!(a, ours);
+}

@@ -112,6 +112,7 @@ impl MemoryPlan {
             (RolloutEngine::Candle, None) => "  weights (shares the trainer's)".to_string(),
             (RolloutEngine::Mistralrs, _) => format!("  its own copy of the weights ({})", self.dtype),
             (RolloutEngine::Openai, _) => "  weights (none: an external server)".to_string(),
+            (RolloutEngine::Llamacpp, _) => "  the quantised GGUF base (llama.cpp)".to_string(),
         };
         row(f, &copy, self.rollout_weight_bytes)?;
         row(

@@ -291,8 +291,14 @@ impl MemoryPlan {
             RolloutEngine::Candle => (merged_projections, rollouts_in_flight.div_ceil(world.max(1))),
             RolloutEngine::Mistralrs => (base_params * dt, rollouts_in_flight.div_ceil(world.max(1))),
             RolloutEngine::Openai => (0, 0),
+            // The quantised GGUF (Q4_K_M: ~5 bits a weight) with the adapter on top.
+            RolloutEngine::Llamacpp => (base_params * 5 / 8, rollouts_in_flight.div_ceil(world.max(1))),
         };
-        let rollout_reload_bytes = rollout_weight_bytes;
+        // llama.cpp swaps the adapter in place (the base is never loaded twice).
+        let rollout_reload_bytes = match preset.rollout.engine {
+            RolloutEngine::Llamacpp => 0,
+            _ => rollout_weight_bytes,
+        };
         let rollout_kv_bytes = kv_bytes_per_rollout * in_flight_per_gpu;
         let rollout_bytes = rollout_weight_bytes + rollout_kv_bytes.max(rollout_reload_bytes);
         let total_bytes = trainer_bytes + rollout_bytes;

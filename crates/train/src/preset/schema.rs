@@ -274,6 +274,9 @@ pub enum RolloutEngine {
     Mistralrs,
     /// An external OpenAI-compatible server.
     Openai,
+    /// llama.cpp over the GGUF base (quantised, as the user chats with it), the adapter
+    /// set after every update. LoRA on a GGUF base only.
+    Llamacpp,
 }
 
 /// Who samples rollouts and how many at once.
@@ -339,6 +342,22 @@ pub struct SftSection {
     pub lr: f64,
     /// Sequences per update.
     pub batch: usize,
+    /// What the warm start trains: the base's weights (a new base for GRPO) or the run's
+    /// own LoRA adapter (GRPO goes on training it; the base stays as it is, which a GGUF
+    /// base served by `rollout.engine: llamacpp` needs).
+    #[serde(default)]
+    pub into: SftInto,
+}
+
+/// What the warm start trains.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum SftInto {
+    /// Every weight; the result becomes GRPO's base model.
+    #[default]
+    Weights,
+    /// The run's LoRA adapter (LoRA mode only).
+    Adapter,
 }
 
 /// Evaluation before and after training.
@@ -349,6 +368,10 @@ pub struct EvalSection {
     pub rollouts: usize,
     /// Sampling temperature (0: greedy).
     pub temperature: f64,
+    /// A held-out task folder to evaluate on (relative paths: see [`Preset::resolve_path`]);
+    /// without one the evaluation runs the training tasks.
+    #[serde(default)]
+    pub tasks: Option<String>,
 }
 
 /// Checkpoint cadence and retention.
@@ -376,6 +399,7 @@ impl fmt::Display for RolloutEngine {
             RolloutEngine::Candle => "candle",
             RolloutEngine::Mistralrs => "mistralrs",
             RolloutEngine::Openai => "openai",
+            RolloutEngine::Llamacpp => "llamacpp",
         })
     }
 }

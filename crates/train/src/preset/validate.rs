@@ -1,7 +1,7 @@
 //! The checks a preset passes after parsing: ranges and rules across fields, each error
 //! naming the field.
 
-use super::{Device, Preset, PresetError, RolloutEngine, LORA_TARGETS, TINY_TOY};
+use super::{Device, Preset, PresetError, RolloutEngine, SftInto, LORA_TARGETS, TINY_TOY};
 
 impl Preset {
     /// Checks ranges and cross-field rules; errors name the field path, e.g. `grpo.group_size`.
@@ -213,6 +213,20 @@ impl Preset {
             }
             (_, None) => {}
         }
+        if r.engine == RolloutEngine::Llamacpp {
+            if self.mode.lora.is_none() {
+                return Err(bad(
+                    "rollout.engine",
+                    "llamacpp serves the GGUF base with the trained adapter on top, so it needs mode.lora".into(),
+                ));
+            }
+            if self.sft.as_ref().is_some_and(|s| s.into == SftInto::Weights) {
+                return Err(bad(
+                    "sft.into",
+                    "must be `adapter` with rollout.engine llamacpp (the GGUF base cannot take new weights)".into(),
+                ));
+            }
+        }
 
         let w = &self.reward;
         in_range("reward.tests_weight", w.tests_weight, 0.0, f64::MAX, "0 or more")?;
@@ -233,6 +247,9 @@ impl Preset {
             positive("sft.epochs", sft.epochs)?;
             above_zero("sft.lr", sft.lr)?;
             positive("sft.batch", sft.batch)?;
+            if sft.into == SftInto::Adapter && self.mode.lora.is_none() {
+                return Err(bad("sft.into", "`adapter` needs mode.lora (full updates have no adapter)".into()));
+            }
         }
 
         in_range("eval.temperature", self.eval.temperature, 0.0, f64::MAX, "0 or more")?;

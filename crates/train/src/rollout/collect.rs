@@ -102,6 +102,23 @@ impl RolloutRunner {
         }
     }
 
+    /// The same runner over other tasks (a held-out evaluation set); its rollouts' session
+    /// ids never meet this runner's, so an engine keeping cells per session cannot mix them.
+    pub fn for_tasks(&self, ctx: Arc<TrialContext>, tasks: Vec<Arc<TaskEntry>>) -> RolloutRunner {
+        RolloutRunner {
+            ctx,
+            tasks,
+            sampler: self.sampler.clone(),
+            tokenizer: self.tokenizer.clone(),
+            renderer: self.renderer.clone(),
+            stop: self.stop.clone(),
+            sampling: self.sampling,
+            judge: self.judge.clone(),
+            concurrency: self.concurrency,
+            sessions: AtomicU64::new(1 << 40),
+        }
+    }
+
     /// Runs the planned rollouts (up to `concurrency` at once) with trial logs under
     /// `dir`; results come back in plan order whatever order they finish in.
     pub async fn run(&self, plans: &[RolloutPlan], dir: &Path, on_done: &(dyn Fn(&Rollout) + Sync)) -> Vec<Rollout> {

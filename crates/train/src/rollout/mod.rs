@@ -1,9 +1,10 @@
 //! Rollouts: the policy as a model backend for the agent loop, its samplers (in-process
-//! candle, mistral.rs), and running groups of rollouts in containers.
+//! candle, mistral.rs, llama.cpp), and running groups of rollouts in containers.
 
 pub mod chat;
 pub mod collect;
 pub mod engine;
+pub mod llamacpp_engine;
 pub mod mistralrs_engine;
 pub mod policy;
 pub mod sampler;
@@ -11,6 +12,7 @@ pub mod spread;
 
 pub use collect::{Rollout, RolloutPlan, RolloutRunner, RolloutStatus};
 pub use engine::RolloutSampler;
+pub use llamacpp_engine::LlamaCppEngine;
 pub use mistralrs_engine::MistralrsEngine;
 pub use policy::{PolicyBackend, PolicySampling, Recording, Segment};
 pub use sampler::{GenerateRequest, Generated, Sampler};

@@ -286,6 +286,19 @@ pub fn sample(logits: &Tensor, temperature: f64, top_p: f64, rng: &mut impl Rng)
     let shifted = logits.broadcast_sub(&m)?;
     let lse = shifted.exp()?.sum_keepdim(D::Minus1)?.log()?;
     let logp = shifted.broadcast_sub(&lse)?.to_vec1::<f32>()?;
+    Ok(draw(&logp, temperature, top_p, rng))
+}
+
+/// [`sample`] from a slice of logits (another engine's), in f64 for the normaliser.
+pub fn sample_slice(logits: &[f32], temperature: f64, top_p: f64, rng: &mut impl Rng) -> (u32, f32) {
+    let m = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    let lse = logits.iter().map(|&v| f64::from(v - m).exp()).sum::<f64>().ln() as f32;
+    let logp: Vec<f32> = logits.iter().map(|&v| v - m - lse).collect();
+    draw(&logp, temperature, top_p, rng)
+}
+
+/// Draws from log-probabilities (temperature 1) at `temperature` and nucleus `top_p`.
+fn draw(logp: &[f32], temperature: f64, top_p: f64, rng: &mut impl Rng) -> (u32, f32) {
     let token = if temperature <= 0.0 {
         logp.iter()
             .enumerate()
@@ -325,7 +338,7 @@ pub fn sample(logits: &Tensor, temperature: f64, top_p: f64, rng: &mut impl Rng)
         }
         chosen
     };
-    Ok((token as u32, logp[token]))
+    (token as u32, logp.get(token).copied().unwrap_or(f32::NEG_INFINITY))
 }
 
 #[cfg(test)]
