@@ -56,6 +56,11 @@ pub struct TrainArgs {
     /// Print the plan (memory per GPU, tokens per step, rollouts in flight) and exit.
     #[arg(long)]
     pub dry_run: bool,
+    /// A warm start into the LoRA adapter before GRPO: a JSONL file of transcripts, or
+    /// `oracle` (each training task's reference solution carried out as the model's own
+    /// tool calls through the real loop; the ones that resolve their task are kept).
+    #[arg(long, value_name = "FILE.jsonl|oracle", conflicts_with_all = ["sft", "full"])]
+    pub warm_start: Option<String>,
     /// Supervised fine-tuning only: cross-entropy on the assistant tokens of this JSONL
     /// file of transcripts (`{"messages": [...]}` per line); writes OUT/sft-model.
     #[arg(long, value_name = "FILE.jsonl")]
@@ -108,19 +113,38 @@ pub async fn run(args: TrainArgs, config: Config) -> anyhow::Result<u8> {
             _ => RolloutEngine::Mistralrs,
         };
     }
+    if let Some(file) = &args.warm_start {
+        let file = if file == agent_train::warm_start::ORACLE_DEMOS {
+            file.clone()
+        } else {
+            std::path::absolute(file)?.display().to_string()
+        };
+        let sft = preset.sft.get_or_insert_with(|| agent_train::preset::SftSection {
+            file: String::new(),
+            // A LoRA adapter takes a larger rate than full weights; a few passes over one
+            // demonstration per task.
+            epochs: 3,
+            lr: 3e-4,
+            batch: 8,
+            into: agent_train::preset::SftInto::Adapter,
+        });
+        sft.file = file;
+        sft.into = agent_train::preset::SftInto::Adapter;
+    }
     if let Some(file) = &args.sft {
+        // Supervised fine-tuning alone writes new weights; the engine that would serve
+        // rollouts does not matter.
+        if preset.rollout.engine == RolloutEngine::Llamacpp {
+            preset.rollout.engine = RolloutEngine::Candle;
+        }
         let sft = preset.sft.get_or_insert_with(|| agent_train::preset::SftSection {
             file: String::new(),
             epochs: 3,
             lr: 1e-4,
             batch: 8,
-            // A GGUF base served by llama.cpp keeps its weights: the warm start trains the adapter.
-            into: if preset.rollout.engine == RolloutEngine::Llamacpp {
-                agent_train::preset::SftInto::Adapter
-            } else {
-                agent_train::preset::SftInto::Weights
-            },
+            into: agent_train::preset::SftInto::Weights,
         });
+        sft.into = agent_train::preset::SftInto::Weights;
         sft.file = std::path::absolute(file)?.display().to_string();
     }
     // The world this process belongs to: the one it is launched into (torchrun, SLURM,

@@ -43,6 +43,9 @@ pub struct Config {
     pub tool_format: ToolFormat,
     /// MCP servers (`[mcp_servers.NAME]`); the project's `.mcp.json` adds to them.
     pub mcp_servers: std::collections::BTreeMap<String, crate::mcp::McpServerConfig>,
+    /// The built-in tools the model is offered (default: all); `finish` is always kept.
+    /// A short list keeps the prompt short for small models (`tools = ["bash"]`).
+    pub tools: Option<Vec<String>>,
 }
 
 /// Stop conditions of an episode.

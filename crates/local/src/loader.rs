@@ -165,6 +165,25 @@ mod tests {
         assert_eq!(b.name(), "m", "remote specs still resolve through the local loader's options");
     }
 
+    #[test]
+    fn a_gguf_model_takes_the_adapter_file_or_the_folder_agent_train_wrote() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("mine.gguf");
+        std::fs::write(&file, b"GGUF").unwrap();
+        assert_eq!(gguf_adapter(&file).unwrap(), file);
+        let folder = dir.path().join("adapter");
+        std::fs::create_dir(&folder).unwrap();
+        std::fs::write(folder.join("adapter_config.json"), "{}").unwrap();
+        match gguf_adapter(&folder) {
+            Err(LlmError::UnknownSpec { hint, .. }) => {
+                assert!(hint.contains("PEFT files but no adapter-model.gguf"), "{hint}")
+            }
+            other => panic!("a PEFT-only folder cannot serve a GGUF model: {other:?}"),
+        }
+        std::fs::write(folder.join(crate::LORA_GGUF_FILE), b"GGUF").unwrap();
+        assert_eq!(gguf_adapter(&folder).unwrap(), folder.join("adapter-model.gguf"));
+    }
+
     #[cfg(not(feature = "cuda"))]
     #[test]
     fn the_cpu_default_is_the_built_in_model() {

@@ -33,6 +33,7 @@ mod step;
 #[cfg(feature = "engines")]
 mod toy_sim;
 pub mod update;
+pub mod warm_start;
 
 pub use error::TrainError;
 #[cfg(feature = "engines")]

@@ -28,6 +28,7 @@ use super::rollout::{
 use super::setup;
 use super::step::StepLoop;
 use super::update::{Reference, Sample};
+use super::warm_start;
 use agent_bench::judge::{Judge, JudgeOptions, RewardWeights};
 use agent_core::config::Config;
 
@@ -291,7 +292,7 @@ pub async fn train(
     // the model the user had; a resumed run has it in its checkpoint already.
     if let (TrainMode::Lora(settings), 0) = (&mode, state.step) {
         if preset.sft.as_ref().is_some_and(|s| s.into == SftInto::Adapter) {
-            setup::warm_start_adapter(preset, &policy, settings, &start_dir, out, log)?;
+            warm_start::warm_start_adapter(preset, &policy, settings, &start_dir, out, &runner, log).await?;
             sampler.load_policy(&policy).await?;
         }
     }

@@ -12,13 +12,15 @@ use tokenizers::Tokenizer;
 
 use super::dist::SingleRank;
 use super::error::TrainError;
-use super::model::{peft, LoraSettings, Qwen3, TrainMode};
+use super::model::{peft, Qwen3, TrainMode};
 use super::optim::{AdamW, AdamWSettings};
 use super::preset::{Preset, SftInto, SftSection};
 use super::rollout::chat::PromptRenderer;
 use super::sft::{read_transcripts, transcript_sample};
 use super::update::{sft_step, Sample, UpdateSettings};
-use agent_bench::{discover, AgentKind, EnvSettings, ImageCache, TaskEntry, TrialContext, Verifier, VerifyMode};
+use agent_bench::{
+    discover, AgentKind, EnvSettings, HostEnv, ImageCache, TaskEntry, TrialContext, Verifier, VerifyMode,
+};
 use agent_core::config::Config;
 use agent_local::tiny_qwen3::{write_tiny_qwen3, TinyQwen3Config};
 
@@ -168,28 +170,13 @@ pub fn warm_start(
     Ok(dir)
 }
 
-/// The warm start into the policy's own LoRA adapter (`sft.into: adapter`): the base stays
-/// as it is (a GGUF base keeps serving rollouts with the adapter on top), and GRPO goes on
-/// training the same adapter. Done once per run: a later start loads `out/sft-adapter`.
-pub fn warm_start_adapter(
-    preset: &Preset,
-    policy: &Qwen3,
-    settings: &LoraSettings,
-    base: &Path,
-    out: &Path,
-    log: &dyn Fn(String),
-) -> Result<(), TrainError> {
-    let Some(sft) = preset.sft.as_ref().filter(|s| s.into == SftInto::Adapter) else { return Ok(()) };
-    let dir = out.join("sft-adapter");
-    if dir.join("adapter_model.safetensors").is_file() {
-        log(format!("warm start: the adapter from {}", dir.display()));
-        return peft::load_adapter_into(policy, &dir);
-    }
-    supervised_epochs(preset, sft, policy, base, log)?;
-    let tmp = out.join(".tmp-sft-adapter");
-    let _ = std::fs::remove_dir_all(&tmp);
-    peft::save_adapter(policy, settings, &base.display().to_string(), &tmp)?;
-    std::fs::rename(&tmp, &dir).map_err(|e| TrainError::io("rename", &tmp, e))
+/// The preset's demonstration transcripts as token samples.
+pub(crate) fn transcript_samples(preset: &Preset, sft: &SftSection, base: &Path) -> Result<Vec<Sample>, TrainError> {
+    let tokenizer = load_tokenizer(base)?;
+    let renderer = load_renderer(base)?;
+    let im_end = token_id(&tokenizer, "<|im_end|>", base)?;
+    let path = preset.resolve_path(&sft.file)?;
+    read_transcripts(&path)?.iter().map(|t| transcript_sample(t, &tokenizer, &renderer, im_end)).collect()
 }
 
 /// Trains `model`'s trainable variables on the preset's demonstrations.
@@ -200,18 +187,26 @@ fn supervised_epochs(
     base: &Path,
     log: &dyn Fn(String),
 ) -> Result<(), TrainError> {
+    let samples = transcript_samples(preset, sft, base)?;
+    train_on(preset, sft, model, &samples, base, log)
+}
+
+/// `sft.epochs` passes of supervised steps over `samples` (shuffled by the preset's seed).
+pub(crate) fn train_on(
+    preset: &Preset,
+    sft: &SftSection,
+    model: &Qwen3,
+    samples: &[Sample],
+    base: &Path,
+    log: &dyn Fn(String),
+) -> Result<(), TrainError> {
     let tokenizer = load_tokenizer(base)?;
-    let renderer = load_renderer(base)?;
     let im_end = token_id(&tokenizer, "<|im_end|>", base)?;
-    let path = preset.resolve_path(&sft.file)?;
-    let samples: Vec<Sample> = read_transcripts(&path)?
-        .iter()
-        .map(|t| transcript_sample(t, &tokenizer, &renderer, im_end))
-        .collect::<Result<_, _>>()?;
     let settings = AdamWSettings { lr: sft.lr, weight_decay: 0.0, ..adam_settings(preset) };
     let mut opt = AdamW::new(model.trainable(), settings)?;
     let update = update_settings(preset, im_end);
     let mut rng = rand::rngs::StdRng::seed_from_u64(preset.seed ^ 0x5F7);
+    let tokens: usize = samples.iter().map(|s| s.tokens.len()).sum();
     for epoch in 0..sft.epochs {
         let started = std::time::Instant::now();
         let mut order: Vec<&Sample> = samples.iter().collect();
@@ -222,11 +217,12 @@ fn supervised_epochs(
             losses.push(sft_step(model, &mut opt, batch, &update, &SingleRank, seed)?);
         }
         let mean = losses.iter().sum::<f64>() / losses.len().max(1) as f64;
+        let secs = started.elapsed().as_secs_f64();
         log(format!(
-            "warm start: epoch {}/{} loss {mean:.4} ({:.0} s)",
+            "warm start: epoch {}/{} loss {mean:.4} ({secs:.0} s, {:.0} tokens/s)",
             epoch + 1,
             sft.epochs,
-            started.elapsed().as_secs_f64()
+            tokens as f64 / secs.max(1e-9)
         ));
     }
     Ok(())
@@ -284,6 +280,9 @@ pub fn rollout_config(preset: &Preset, base: &Config) -> Config {
         config.system_prompt = preset.system_prompt.clone();
     }
     config.tool_format = preset.tool_format;
+    if preset.tools.is_some() {
+        config.tools = preset.tools.clone();
+    }
     config
 }
 
@@ -306,13 +305,16 @@ pub async fn trial_context(
     if tasks.is_empty() {
         return Err(TrainError::bad_file(tasks_dir, "holds no tasks (folders with task.yaml or task.toml)"));
     }
+    // As bench builds them: the host's CA bundle (a proxy that re-signs TLS would break a
+    // task image's `pip install` without it) and its host-name overrides.
+    let host = HostEnv::from_host(Path::new("/etc/hosts"), None).map_err(|e| TrainError::Other(e.to_string()))?;
     let ctx = TrialContext {
         docker: docker.clone(),
         run_dir: run_dir.to_path_buf(),
         agent: AgentKind::Agent,
         model: None,
-        images: Arc::new(ImageCache::new(docker.clone(), &config.image_map, Default::default())),
-        env: EnvSettings::from_config(&config, run_id, Vec::new()),
+        images: Arc::new(ImageCache::new(docker.clone(), &config.image_map, host.build_env())),
+        env: EnvSettings::from_config(&config, run_id, host.extra_hosts.clone()),
         verifier: Verifier::probe(VerifyMode::Script).await,
         config,
         // Rollouts are the policy alone.

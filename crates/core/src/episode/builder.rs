@@ -36,6 +36,9 @@ pub enum EpisodeError {
     Tools(#[from] SpecError),
     #[error("{0}")]
     ToolFormat(String),
+    /// A setting of the configuration that cannot be used (the message names it).
+    #[error("{0}")]
+    Config(String),
 }
 
 /// Where the episode's container comes from.
@@ -151,6 +154,9 @@ pub async fn build_episode(
 ) -> Result<Episode, EpisodeError> {
     // What can fail without a container is checked before one exists.
     let mut specs = ToolSpecs::builtin()?;
+    if let Some(names) = &config.tools {
+        specs = specs.only(names).map_err(|e| EpisodeError::Config(format!("tools: {e}")))?;
+    }
     let tool_format =
         config.tool_format.resolve(&model.name(), model.native_tools()).map_err(EpisodeError::ToolFormat)?;
     let (sandbox, owned) = match request.container {

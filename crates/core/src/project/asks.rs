@@ -289,6 +289,10 @@ fn config_asks(file: &ProjectFile, user: &Config, asks: &mut Vec<Ask>) {
     if let Some(v) = table.get("tool_format") {
         limits.push(format!("tool_format = {v}"));
     }
+    // Fewer tools only takes abilities away from the model.
+    if let Some(v) = table.get("tools") {
+        limits.push(format!("tools = {v}"));
+    }
     if !limits.is_empty() {
         asks.push(Ask::new(AskKind::Limits, f, format!("settings: {}", limits.join(", ")), false, Target::Nothing));
     }

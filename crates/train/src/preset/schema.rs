@@ -60,6 +60,11 @@ pub struct Preset {
     /// format says `text`.
     #[serde(default)]
     pub tool_format: agent_core::tools::ToolFormat,
+    /// The built-in tools the rollouts offer (default: all; `finish` is always kept), as
+    /// `tools` in config.toml: a short list keeps every prompt, and so every step, short.
+    /// Evaluate a trained adapter with the same list.
+    #[serde(default)]
+    pub tools: Option<Vec<String>>,
     #[serde(skip)]
     pub(super) origin: Origin,
 }
@@ -334,7 +339,9 @@ impl RewardSection {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct SftSection {
-    /// JSONL file of demonstrations (relative paths: see [`Preset::resolve_path`]).
+    /// JSONL file of demonstrations (relative paths: see [`Preset::resolve_path`]), or
+    /// `oracle`: every training task's reference solution carried out through the real
+    /// loop as the model's own tool calls, kept where it resolves the task (adapter only).
     pub file: String,
     /// Passes over the file.
     pub epochs: usize,

@@ -242,11 +242,21 @@ impl Preset {
             ));
         }
 
+        if let Some(tools) = &self.tools {
+            let known = agent_core::tools::ToolSpecs::builtin().map_err(|e| bad("tools", e.to_string()))?;
+            known.only(tools).map_err(|e| bad("tools", e))?;
+        }
         if let Some(sft) = &self.sft {
             non_empty("sft.file", &sft.file)?;
             positive("sft.epochs", sft.epochs)?;
             above_zero("sft.lr", sft.lr)?;
             positive("sft.batch", sft.batch)?;
+            if sft.file == crate::warm_start::ORACLE_DEMOS && sft.into != SftInto::Adapter {
+                return Err(bad(
+                    "sft.file",
+                    "`oracle` (the reference solutions as demonstrations) needs sft.into: adapter".into(),
+                ));
+            }
             if sft.into == SftInto::Adapter && self.mode.lora.is_none() {
                 return Err(bad("sft.into", "`adapter` needs mode.lora (full updates have no adapter)".into()));
             }

@@ -12,6 +12,7 @@ use tokenizers::Tokenizer;
 use super::chat::PromptRenderer;
 use super::engine::RolloutSampler;
 use super::policy::{PolicyBackend, PolicySampling, Recording};
+use super::scripted::ScriptedSampler;
 use agent_bench::judge::{mix_reward, Judge, JudgedEpisode, RewardWeights};
 use agent_bench::{run_trial_with, FailureMode, ModelSource, TaskEntry, TrialContext, TrialRecord};
 use agent_protocol::EndReason;
@@ -135,8 +136,53 @@ impl RolloutRunner {
         results.into_iter().flatten().collect()
     }
 
+    /// The same runner sampling from `sampler` (the scripted oracle of the warm start).
+    pub fn with_sampler(&self, sampler: Arc<dyn RolloutSampler>) -> RolloutRunner {
+        RolloutRunner {
+            ctx: self.ctx.clone(),
+            tasks: self.tasks.clone(),
+            sampler,
+            tokenizer: self.tokenizer.clone(),
+            renderer: self.renderer.clone(),
+            stop: self.stop.clone(),
+            sampling: self.sampling,
+            judge: None,
+            concurrency: self.concurrency,
+            sessions: AtomicU64::new(1 << 41),
+        }
+    }
+
+    /// One rollout per `(plan, replies)`, each answered from its replies by `scripted`
+    /// (which must be this runner's sampler, see [`Self::with_sampler`]); in plan order.
+    pub async fn run_scripted(
+        &self,
+        scripted: &ScriptedSampler,
+        jobs: Vec<(RolloutPlan, Vec<String>)>,
+        dir: &Path,
+    ) -> Vec<Rollout> {
+        let n = jobs.len();
+        let mut results: Vec<Option<Rollout>> = vec![None; n];
+        let mut stream = futures_util::stream::iter(jobs.into_iter().enumerate().map(|(i, (plan, replies))| {
+            let session = self.sessions.fetch_add(1, Ordering::Relaxed);
+            scripted.script(session, replies);
+            async move {
+                let dir = dir.join(format!("{}-{}", self.tasks[plan.task].name, plan.member));
+                (i, self.one_in(session, plan, dir).await)
+            }
+        }))
+        .buffer_unordered(self.concurrency);
+        while let Some((i, rollout)) = stream.next().await {
+            results[i] = Some(rollout);
+        }
+        results.into_iter().flatten().collect()
+    }
+
     async fn one(&self, plan: RolloutPlan, dir: PathBuf) -> Rollout {
         let session = self.sessions.fetch_add(1, Ordering::Relaxed);
+        self.one_in(session, plan, dir).await
+    }
+
+    async fn one_in(&self, session: u64, plan: RolloutPlan, dir: PathBuf) -> Rollout {
         let backend = Arc::new(PolicyBackend::new(
             self.sampler.clone(),
             self.tokenizer.clone(),

@@ -8,6 +8,7 @@ pub mod llamacpp_engine;
 pub mod mistralrs_engine;
 pub mod policy;
 pub mod sampler;
+pub mod scripted;
 pub mod spread;
 
 pub use collect::{Rollout, RolloutPlan, RolloutRunner, RolloutStatus};
@@ -16,4 +17,5 @@ pub use llamacpp_engine::LlamaCppEngine;
 pub use mistralrs_engine::MistralrsEngine;
 pub use policy::{PolicyBackend, PolicySampling, Recording, Segment};
 pub use sampler::{GenerateRequest, Generated, Sampler};
+pub use scripted::{oracle_replies, ScriptedSampler};
 pub use spread::run_spread;

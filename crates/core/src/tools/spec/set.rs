@@ -48,6 +48,16 @@ impl ToolSpecs {
         unique.then_some(ToolSpecs { specs })
     }
 
+    /// The set narrowed to `names` (in this set's order); `finish` always stays, since an
+    /// episode must be able to end. Errors name a tool that is not in the set.
+    pub fn only(&self, names: &[String]) -> Result<ToolSpecs, String> {
+        if let Some(unknown) = names.iter().find(|n| self.get(n).is_none()) {
+            return Err(format!("`{unknown}` is not a tool (known: {})", self.names().join(", ")));
+        }
+        let specs = self.specs.iter().filter(|s| s.name == "finish" || names.contains(&s.name)).cloned().collect();
+        Ok(ToolSpecs { specs })
+    }
+
     /// The spec of the tool with this name.
     pub fn get(&self, name: &str) -> Option<&ToolSpec> {
         self.specs.iter().find(|s| s.name == name)

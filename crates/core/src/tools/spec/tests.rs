@@ -147,3 +147,12 @@ fn bad_yaml_names_the_file() {
     assert!(matches!(err, SpecError::Yaml { .. }));
     assert!(err.to_string().starts_with("tool spec demo.yaml:"), "{err}");
 }
+
+#[test]
+fn a_narrowed_set_keeps_finish_and_names_an_unknown_tool() {
+    let all = ToolSpecs::builtin().unwrap();
+    assert_eq!(all.only(&["bash".into()]).unwrap().names(), vec!["bash", "finish"]);
+    assert_eq!(all.only(&["finish".into(), "file".into()]).unwrap().names(), vec!["file", "finish"]);
+    let e = all.only(&["bash".into(), "browser".into()]).unwrap_err();
+    assert!(e.contains("`browser` is not a tool") && e.contains("scratchpad"), "{e}");
+}
