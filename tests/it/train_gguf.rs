@@ -173,8 +173,20 @@ fn the_llama_cpp_rollout_engine_samples_base_plus_adapter_and_shares_prompts() {
                 "the shared prompt's cells are copied, only its last token computed"
             );
         }
-        // The same seed and prompt give the same tokens, decoded alone or beside others.
-        assert_eq!(rest[0].ids, first.ids, "a rollout's tokens depend on its seed, not its neighbours");
+        // The same seed and prompt draw the same tokens until llama.cpp's rounding, which
+        // changes with what shares a batch, tips a draw: up to there the log-probs agree to
+        // rounding. (So this engine does not promise bit-exact replays; the recorded
+        // log-probs are still exactly those the tokens were drawn with.)
+        let same = first.ids.iter().zip(&rest[0].ids).take_while(|(a, b)| a == b).count();
+        assert!(same >= 1, "the first draw comes from the same logits");
+        let diffs: Vec<f32> = (0..same).map(|i| (first.logp[i] - rest[0].logp[i]).abs()).collect();
+        let drift = diffs.iter().copied().fold(0f32, f32::max);
+        let mean = diffs.iter().sum::<f32>() / same as f32;
+        eprintln!("same seed alone and beside others: {same} equal tokens, log-probs within {drift:.4} (mean {mean:.4})");
+        // Measured: up to 0.05 (llama.cpp quantises each batch's activations to 8 bits per
+        // block, so neighbours change the rounding); a wrong cell copy or position would
+        // move them by whole units.
+        assert!(drift < 0.25 && mean < 0.05, "log-probs of the same tokens drift by {drift} (mean {mean})");
         assert!(rest[1].ids != first.ids || rest[2].ids != first.ids, "other seeds draw other tokens");
 
         // The recorded log-probs are base + adapter's: the trainer scores the same tokens
@@ -196,6 +208,13 @@ fn the_llama_cpp_rollout_engine_samples_base_plus_adapter_and_shares_prompts() {
         assert_eq!(again.computed_prompt_tokens, prompt.len(), "the cache was dropped with the old adapter");
         assert_ne!(again.logp, first.logp, "the new adapter changes the numbers");
         assert!(!Path::new(&work.path().join("adapter-000001.gguf")).exists(), "the old adapter file is removed");
+
+        // More rollouts than sequences, none of them closed: a new one takes the slot of
+        // the rollout idle longest rather than waiting for a close that may never come.
+        for session in 5..10 {
+            let r = tokio::time::timeout(std::time::Duration::from_secs(120), ask(session, session)).await;
+            assert!(r.expect("a slot is found").unwrap().is_ok());
+        }
     });
 }
 

@@ -274,8 +274,10 @@ impl<'m> Worker<'m> {
     fn take(&mut self, job: Job) {
         match job {
             Job::Generate(req) => self.waiting.push_back(req),
+            // A slot still decoding for a closed rollout (its caller went away) is freed
+            // when that request ends; its cells stay for sharing either way.
             Job::Close(session) => {
-                for slot in self.slots.iter_mut().filter(|s| s.session == Some(session) && s.active.is_none()) {
+                for slot in self.slots.iter_mut().filter(|s| s.session == Some(session)) {
                     slot.session = None;
                 }
             }
@@ -315,20 +317,30 @@ impl<'m> Worker<'m> {
         self.waiting = still;
     }
 
-    /// The slot for `req`: its own rollout's, else the idle slot whose cells it can reuse
-    /// most of, else the one idle longest.
+    /// The slot for `req`: its own rollout's, else the unowned idle slot whose cells it can
+    /// reuse most of (the one idle longest among equals), else the idle slot of another
+    /// rollout between turns, longest idle first (that rollout's next turn computes its
+    /// prompt again). `None` only while every slot is decoding.
     fn free_slot(&self, req: &TokenRequest) -> Option<usize> {
         let prompt = to_tokens(&req.prompt);
-        let idle = |s: &&Slot| s.active.is_none();
         if let Some(i) = self.slots.iter().position(|s| s.active.is_none() && s.session == Some(req.session)) {
             return Some(i);
         }
-        self.slots
+        let unowned = self
+            .slots
             .iter()
             .enumerate()
-            .filter(|(_, s)| idle(s) && s.session.is_none())
+            .filter(|(_, s)| s.active.is_none() && s.session.is_none())
             .max_by_key(|(_, s)| (common(&s.tokens, &prompt), u64::MAX - s.used))
-            .map(|(i, _)| i)
+            .map(|(i, _)| i);
+        unowned.or_else(|| {
+            self.slots
+                .iter()
+                .enumerate()
+                .filter(|(_, s)| s.active.is_none())
+                .min_by_key(|(_, s)| s.used)
+                .map(|(i, _)| i)
+        })
     }
 
     /// Starts `req` on slot `s`: reuse, copy or compute its prompt, then sample its first token.
