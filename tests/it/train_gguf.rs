@@ -182,7 +182,9 @@ fn the_llama_cpp_rollout_engine_samples_base_plus_adapter_and_shares_prompts() {
         let diffs: Vec<f32> = (0..same).map(|i| (first.logp[i] - rest[0].logp[i]).abs()).collect();
         let drift = diffs.iter().copied().fold(0f32, f32::max);
         let mean = diffs.iter().sum::<f32>() / same as f32;
-        eprintln!("same seed alone and beside others: {same} equal tokens, log-probs within {drift:.4} (mean {mean:.4})");
+        eprintln!(
+            "same seed alone and beside others: {same} equal tokens, log-probs within {drift:.4} (mean {mean:.4})"
+        );
         // Measured: up to 0.05 (llama.cpp quantises each batch's activations to 8 bits per
         // block, so neighbours change the rounding); a wrong cell copy or position would
         // move them by whole units.
