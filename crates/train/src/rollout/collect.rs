@@ -106,17 +106,29 @@ impl RolloutRunner {
     /// The same runner over other tasks (a held-out evaluation set); its rollouts' session
     /// ids never meet this runner's, so an engine keeping cells per session cannot mix them.
     pub fn for_tasks(&self, ctx: Arc<TrialContext>, tasks: Vec<Arc<TaskEntry>>) -> RolloutRunner {
+        self.sibling(ctx, tasks, self.sampler.clone(), self.judge.clone(), 1 << 40)
+    }
+
+    /// A runner like this one with its own session ids from `first_session` on.
+    fn sibling(
+        &self,
+        ctx: Arc<TrialContext>,
+        tasks: Vec<Arc<TaskEntry>>,
+        sampler: Arc<dyn RolloutSampler>,
+        judge: Option<(Arc<Judge>, RewardWeights)>,
+        first_session: u64,
+    ) -> RolloutRunner {
         RolloutRunner {
             ctx,
             tasks,
-            sampler: self.sampler.clone(),
+            sampler,
             tokenizer: self.tokenizer.clone(),
             renderer: self.renderer.clone(),
             stop: self.stop.clone(),
             sampling: self.sampling,
-            judge: self.judge.clone(),
+            judge,
             concurrency: self.concurrency,
-            sessions: AtomicU64::new(1 << 40),
+            sessions: AtomicU64::new(first_session),
         }
     }
 
@@ -136,20 +148,10 @@ impl RolloutRunner {
         results.into_iter().flatten().collect()
     }
 
-    /// The same runner sampling from `sampler` (the scripted oracle of the warm start).
+    /// The same runner sampling from `sampler` (the scripted oracle of the warm start),
+    /// without a judge.
     pub fn with_sampler(&self, sampler: Arc<dyn RolloutSampler>) -> RolloutRunner {
-        RolloutRunner {
-            ctx: self.ctx.clone(),
-            tasks: self.tasks.clone(),
-            sampler,
-            tokenizer: self.tokenizer.clone(),
-            renderer: self.renderer.clone(),
-            stop: self.stop.clone(),
-            sampling: self.sampling,
-            judge: None,
-            concurrency: self.concurrency,
-            sessions: AtomicU64::new(1 << 41),
-        }
+        self.sibling(self.ctx.clone(), self.tasks.clone(), sampler, None, 1 << 41)
     }
 
     /// One rollout per `(plan, replies)`, each answered from its replies by `scripted`
