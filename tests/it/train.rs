@@ -25,7 +25,7 @@ pub(crate) fn eval_json(out: &Path) -> serde_json::Value {
 
 /// Metrics without the wall-clock fields, which differ between any two runs.
 fn comparable(m: &[StepMetrics]) -> Vec<StepMetrics> {
-    m.iter().map(|s| StepMetrics { rollout_secs: 0.0, update_secs: 0.0, ..s.clone() }).collect()
+    m.iter().map(StepMetrics::without_clock).collect()
 }
 
 /// One uninterrupted run of the short preset, shared by the tests that need a trained adapter.

@@ -15,13 +15,14 @@ use candle_core::{DType, Device, Tensor, D};
 use rand::{Rng, SeedableRng};
 use serde::Serialize;
 
+use super::backward::backward;
 use super::dist::SingleRank;
 use super::error::{TensorContext, TrainError};
 use super::grpo::PpoSettings;
 use super::model::{ForwardMode, KvCache, Qwen3, Qwen3Config, TokenBatch, TrainMode};
 use super::optim::{AdamW, AdamWSettings};
 use super::perf::{self, PerfMode, PerfShape, PerfTarget};
-use super::update::{backward, grpo_update, Reference, Sample, UpdateSettings};
+use super::update::{grpo_update, Reference, Sample, UpdateSettings};
 
 /// The tolerance of every parity check (relative for losses, gradients and weights,
 /// absolute for log-probabilities).

@@ -7,6 +7,7 @@
 // Without the engines, parts of the model code only the trainer calls are unused.
 #![cfg_attr(not(feature = "engines"), allow(dead_code, unused_imports))]
 
+pub mod backward;
 pub mod checkpoint;
 pub mod dist;
 pub mod error;

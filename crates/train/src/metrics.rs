@@ -93,6 +93,39 @@ pub struct StepMetrics {
     /// Seconds spent updating.
     #[serde(with = "nan_as_null")]
     pub update_secs: f64,
+    /// Of the update: scoring the samples first (old and, with a KL weight, reference log-probs).
+    #[serde(default, with = "nan_as_null")]
+    pub score_secs: f64,
+    /// Of the update: forward and backward passes.
+    #[serde(default, with = "nan_as_null")]
+    pub grad_secs: f64,
+    /// Of the update: gradient reduction, clipping and AdamW.
+    #[serde(default, with = "nan_as_null")]
+    pub optim_secs: f64,
+    /// Of the update: handing the new weights to the sampler (the adapter file and its swap).
+    #[serde(default, with = "nan_as_null")]
+    pub sync_secs: f64,
+    /// Token positions the update went through per pass (every sample's tokens).
+    #[serde(default)]
+    pub update_tokens: u64,
+    /// Of those, positions a shared prefix saved (computed once per mini-batch, not per sample).
+    #[serde(default)]
+    pub shared_tokens: u64,
+}
+
+impl StepMetrics {
+    /// The metrics without the wall-clock fields, which differ between any two runs.
+    pub fn without_clock(&self) -> StepMetrics {
+        StepMetrics {
+            rollout_secs: 0.0,
+            update_secs: 0.0,
+            score_secs: 0.0,
+            grad_secs: 0.0,
+            optim_secs: 0.0,
+            sync_secs: 0.0,
+            ..self.clone()
+        }
+    }
 }
 
 /// JSON has no NaN: serde_json writes non-finite floats as null, so reading maps null back to NaN.

@@ -10,11 +10,12 @@ use std::time::Instant;
 use candle_core::{DType, Device, Tensor};
 use serde::Serialize;
 
+use super::backward::backward;
 use super::dist::SingleRank;
 use super::error::{TensorContext, TrainError};
 use super::model::{LoraSettings, Qwen3, Qwen3Config, TrainMode, LORA_TARGETS};
 use super::optim::{AdamW, AdamWSettings};
-use super::update::{backward, sft_step, Sample, UpdateSettings};
+use super::update::{sft_step, Sample, UpdateSettings};
 
 /// A benchmark shape.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, Serialize)]

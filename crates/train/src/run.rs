@@ -325,6 +325,7 @@ pub async fn train(
         start_dir: &start_dir,
         bar: &bar,
         steps,
+        sync_secs: 0.0,
     };
     while state.step < steps {
         steps_loop.step(&mut state).await?;

@@ -40,6 +40,8 @@ pub(crate) struct StepLoop<'a> {
     pub(crate) start_dir: &'a Path,
     pub(crate) bar: &'a ProgressBar,
     pub(crate) steps: u64,
+    /// Seconds the last hand-over of weights to the sampler took.
+    pub(crate) sync_secs: f64,
 }
 
 impl StepLoop<'_> {
@@ -64,6 +66,12 @@ impl StepLoop<'_> {
         m.model_tokens = stats.model_tokens;
         m.rollout_secs = rollout_secs;
         m.update_secs = updating.elapsed().as_secs_f64();
+        m.score_secs = stats.phases.score_secs;
+        m.grad_secs = stats.phases.grad_secs;
+        m.optim_secs = stats.phases.optim_secs;
+        m.update_tokens = stats.phases.tokens;
+        m.shared_tokens = stats.phases.shared_tokens;
+        m.sync_secs = self.sync_secs;
         self.record(m)?;
         state.step = step;
         state.optimizer_step = self.opt.step;
@@ -106,7 +114,9 @@ impl StepLoop<'_> {
                 )
             })?
         };
+        let syncing = Instant::now();
         self.sampler.load_policy(self.policy).await?;
+        self.sync_secs = syncing.elapsed().as_secs_f64();
         Ok(stats)
     }
 
@@ -133,7 +143,8 @@ impl StepLoop<'_> {
                 m.entropy,
                 m.groups_kept,
                 m.rollout_secs + m.update_secs
-            ) + &m.sampler_logp_diff.map(|d| format!(", sampler logp diff {d:.2e}")).unwrap_or_default());
+            ) + &m.sampler_logp_diff.map(|d| format!(", sampler logp diff {d:.2e}")).unwrap_or_default()
+                + &phases_line(&m));
         }
         Ok(())
     }
@@ -145,4 +156,25 @@ impl StepLoop<'_> {
         }
         Ok(())
     }
+}
+
+/// Where a step's seconds went, for the step's log line: rollouts, then the update's
+/// phases with the token positions they went through per second.
+fn phases_line(m: &StepMetrics) -> String {
+    let rate = |secs: f64| if secs > 0.0 { m.update_tokens as f64 / secs } else { 0.0 };
+    let mut line = format!(" (rollouts {:.1} s", m.rollout_secs);
+    if m.update_tokens > 0 {
+        line += &format!(
+            "; scoring {:.1} s, {:.0} tok/s; forward+backward {:.1} s, {:.0} tok/s, {} of {} positions shared; \
+             optimiser {:.2} s",
+            m.score_secs,
+            rate(m.score_secs),
+            m.grad_secs,
+            rate(m.grad_secs),
+            m.shared_tokens,
+            m.update_tokens,
+            m.optim_secs
+        );
+    }
+    line + &format!("; weights to the sampler {:.1} s)", m.sync_secs)
 }

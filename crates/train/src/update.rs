@@ -1,17 +1,18 @@
-//! Gradients and updates: the backward pass (plain, or with activation recomputation
-//! layer by layer), the GRPO update over PPO epochs, mini-batches, micro-batches and
-//! data-parallel ranks, and the SFT step.
+//! Updates: the GRPO update over PPO epochs, mini-batches, micro-batches and
+//! data-parallel ranks, and the SFT step. The prompt a mini-batch's sequences share is
+//! computed once per mini-batch (see `model::prefix`).
 
-use std::collections::HashMap;
+use std::time::Instant;
 
-use candle_core::{DType, Tensor, TensorId, Var};
+use candle_core::{DType, Tensor};
 use rand::seq::SliceRandom;
 use rand::SeedableRng;
 
+use super::backward::{backward_into, hidden_after, prefix_backward};
 use super::dist::{all_reduce_host_f64, Collective};
 use super::error::{TensorContext, TrainError};
 use super::grpo::{ppo_loss, LossInputs, LossSums, PpoSettings};
-use super::model::{token_logprobs, ForwardMode, Qwen3, TokenBatch};
+use super::model::{shared_len, token_logprobs, ForwardMode, Qwen3, SharedPrefix, TokenBatch};
 use super::optim::AdamW;
 
 /// One training sequence: a rollout's tokens with its loss mask and advantage.
@@ -76,94 +77,27 @@ pub struct UpdateStats {
     /// Mean |trainer − sampler| log-prob over the model tokens another engine sampled
     /// (before the update: both saw the same weights); `None` when the trainer sampled.
     pub sampler_logp_diff: Option<f64>,
+    /// Where the seconds went.
+    pub phases: UpdatePhases,
 }
 
-/// Computes the gradients of `head(final hidden states)` for every trainable variable,
-/// aligned with `model.trainable()`. With `recompute`, only each layer's input is kept
-/// in the forward pass; the backward pass recomputes one layer at a time and chains the
-/// gradient through it (gradient checkpointing, written out because candle has none).
-pub fn backward(
-    model: &Qwen3,
-    ids: &Tensor,
-    mode: ForwardMode,
-    recompute: bool,
-    head: &dyn Fn(&Tensor) -> candle_core::Result<Tensor>,
-) -> Result<(f64, Vec<Option<Tensor>>), TrainError> {
-    let mut grads: Vec<Option<Tensor>> = vec![None; model.trainable().len()];
-    let value = backward_into(model, ids, mode, recompute, head, &mut grads)?;
-    Ok((value, grads))
-}
-
-/// [`backward`], adding the gradients into `grads` (gradient accumulation over
-/// micro-batches without a second set of whole gradients: with `recompute` only one
-/// layer's gradients exist besides the sums). Returns the loss.
-pub fn backward_into(
-    model: &Qwen3,
-    ids: &Tensor,
-    mode: ForwardMode,
-    recompute: bool,
-    head: &dyn Fn(&Tensor) -> candle_core::Result<Tensor>,
-    grads: &mut [Option<Tensor>],
-) -> Result<f64, TrainError> {
-    let vars = model.trainable();
-    if grads.len() != vars.len() {
-        return Err(TrainError::Other(format!("{} gradient slots for {} variables", grads.len(), vars.len())));
-    }
-    let index: HashMap<TensorId, usize> = vars.iter().enumerate().map(|(i, (_, v))| (v.as_tensor().id(), i)).collect();
-    let mut collect = |store: &candle_core::backprop::GradStore| -> Result<(), TrainError> {
-        for (_, v) in &vars {
-            if let Some(g) = store.get(v.as_tensor()) {
-                let i = index[&v.as_tensor().id()];
-                grads[i] = Some(match grads[i].take() {
-                    Some(prev) => (prev + g).ctx("accumulating gradients")?,
-                    None => g.clone(),
-                });
-            }
-        }
-        Ok(())
-    };
-    if !recompute {
-        let hidden = model.hidden(ids, mode).ctx("the forward pass")?;
-        let loss = head(&hidden).ctx("the loss")?;
-        let value = f64::from(loss.to_dtype(candle_core::DType::F32)?.to_scalar::<f32>()?);
-        let store = loss.backward().ctx("the backward pass")?;
-        collect(&store)?;
-        return Ok(value);
-    }
-    let layers = model.layers.len();
-    let mut inputs = Vec::with_capacity(layers);
-    let mut x = model.embed(ids).ctx("embedding")?.detach();
-    for l in 0..layers {
-        inputs.push(x.clone());
-        x = model.layer_forward(l, &x, 0, mode, None).ctx("the forward pass")?.detach();
-    }
-    let top = Var::from_tensor(&x).ctx("recomputation")?;
-    let hidden = model.final_norm(top.as_tensor()).ctx("the final norm")?;
-    let loss = head(&hidden).ctx("the loss")?;
-    let value = f64::from(loss.to_dtype(candle_core::DType::F32)?.to_scalar::<f32>()?);
-    let store = loss.backward().ctx("the backward pass")?;
-    collect(&store)?;
-    let mut upstream = store.get(top.as_tensor()).cloned();
-    // The output head's gradient is in the sums now; its store need not live on.
-    drop(store);
-    for l in (0..layers).rev() {
-        let Some(g) = upstream.take() else { break };
-        let input = Var::from_tensor(&inputs[l]).ctx("recomputation")?;
-        let y = model.layer_forward(l, input.as_tensor(), 0, mode, None).ctx("recomputing a layer")?;
-        let surrogate = (y * g.detach()).ctx("recomputation")?.sum_all().ctx("recomputation")?;
-        let store = surrogate.backward().ctx("the backward pass")?;
-        collect(&store)?;
-        upstream = store.get(input.as_tensor()).cloned();
-    }
-    if let Some(g) = upstream {
-        let e = model.embed(ids).ctx("embedding")?;
-        let surrogate = (e * g.detach()).ctx("recomputation")?.sum_all().ctx("recomputation")?;
-        collect(&surrogate.backward().ctx("the backward pass")?)?;
-    }
-    Ok(value)
+/// The update's phases: seconds, and the tokens each one went through.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct UpdatePhases {
+    /// Scoring the samples before the update (old, and reference when the KL weight is set).
+    pub score_secs: f64,
+    /// Forward and backward passes, shared prefixes included.
+    pub grad_secs: f64,
+    /// Gradient reduction, clipping and the optimiser.
+    pub optim_secs: f64,
+    /// Tokens of the samples (per pass over them).
+    pub tokens: u64,
+    /// Of those, tokens computed once per mini-batch as a shared prefix instead of per sample.
+    pub shared_tokens: u64,
 }
 
 /// Log-probabilities of every sample's scored tokens under `model` (no gradient kept).
+/// The prompt all samples share is computed once.
 pub fn sample_logprobs(
     model: &Qwen3,
     samples: &[&Sample],
@@ -172,11 +106,13 @@ pub fn sample_logprobs(
     pad: u32,
     chunk: usize,
 ) -> Result<Vec<Vec<f32>>, TrainError> {
+    let all: Vec<(&[u32], &[u8])> = samples.iter().map(|s| (s.tokens.as_slice(), s.mask.as_slice())).collect();
+    let prefix = shared_prefix(model, &all, mode)?;
+    let p = prefix.as_ref().map_or(0, SharedPrefix::len);
     let mut out = Vec::with_capacity(samples.len());
-    for group in samples.chunks(micro_batch.max(1)) {
-        let seqs: Vec<(&[u32], &[u8])> = group.iter().map(|s| (s.tokens.as_slice(), s.mask.as_slice())).collect();
-        let batch = TokenBatch::new(&seqs, pad, model.device()).ctx("building a batch")?;
-        let hidden = model.hidden(&batch.ids, mode).ctx("scoring tokens")?;
+    for group in all.chunks(micro_batch.max(1)) {
+        let batch = TokenBatch::new(&after(group, p), pad, model.device()).ctx("building a batch")?;
+        let hidden = hidden_after(model, &batch.ids, mode, prefix.as_ref()).ctx("scoring tokens")?;
         let (logp, _) = token_logprobs(model, &hidden, &batch, chunk).ctx("scoring tokens")?;
         // An f64 model (the parity checks' reference) scores in f64; samples keep f32.
         let logp = logp.detach().to_dtype(DType::F32).and_then(|t| t.to_vec1::<f32>()).ctx("scoring tokens")?;
@@ -187,6 +123,23 @@ pub fn sample_logprobs(
         out.extend(per);
     }
     Ok(out)
+}
+
+/// The prompt `seqs` share, run through `model` once, when it is long enough to pay.
+fn shared_prefix(
+    model: &Qwen3,
+    seqs: &[(&[u32], &[u8])],
+    mode: ForwardMode,
+) -> Result<Option<SharedPrefix>, TrainError> {
+    match shared_len(seqs) {
+        0 => Ok(None),
+        p => SharedPrefix::compute(model, &seqs[0].0[..p], mode).map(Some).ctx("the shared prefix"),
+    }
+}
+
+/// `seqs` without their first `p` tokens (what follows a shared prefix).
+fn after<'a>(seqs: &[(&'a [u32], &'a [u8])], p: usize) -> Vec<(&'a [u32], &'a [u8])> {
+    seqs.iter().map(|(ids, mask)| (&ids[p..], &mask[p..])).collect()
 }
 
 /// Mean |trainer − sampler| log-prob over the samples that carry sampler log-probs.
@@ -226,6 +179,7 @@ pub fn grpo_update(
     let (rank, size) = (world.rank(), world.world_size());
     let all: Vec<&Sample> = samples.iter().collect();
     let eval = ForwardMode::default();
+    let scoring = Instant::now();
     let old = sample_logprobs(policy, &all, eval, settings.micro_batch, settings.pad, settings.chunk)?;
     let refs = match reference {
         Reference::None => None,
@@ -243,6 +197,8 @@ pub fn grpo_update(
     };
     let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
     let mut stats = UpdateStats { sampler_logp_diff: sampler_logp_diff(samples, &old), ..Default::default() };
+    stats.phases.score_secs = scoring.elapsed().as_secs_f64();
+    stats.phases.tokens = samples.iter().map(|s| s.tokens.len() as u64).sum();
     let mut totals = LossSums::default();
     let mut entropy_sum = 0.0;
     let n_vars = opt.vars().len();
@@ -254,11 +210,25 @@ pub fn grpo_update(
             let norm = mb.iter().map(|&i| samples[i].scored()).sum::<usize>().max(1) as f64;
             let mut grads: Vec<Option<Tensor>> = vec![None; n_vars];
             let mut loss_value = 0.0;
+            let computing = Instant::now();
+            let mb_seed = seed ^ ((epoch as u64) << 40) ^ ((mb_index as u64) << 20);
+            // The prompt this rank's sequences of the mini-batch share (one dropout draw for it).
+            let mine: Vec<(&[u32], &[u8])> = rank_micro_batches(mb, settings.micro_batch, rank, size)
+                .flat_map(|(_, micro)| {
+                    micro.iter().map(|&i| (samples[i].tokens.as_slice(), samples[i].mask.as_slice()))
+                })
+                .collect();
+            let prefix_mode = ForwardMode { train: true, dropout_seed: mb_seed ^ 0xF_FFFF, adapters_off: false };
+            let mut prefix = shared_prefix(policy, &mine, prefix_mode)?;
+            if epoch == 0 {
+                let p = prefix.as_ref().map_or(0, SharedPrefix::len);
+                stats.phases.shared_tokens += (p * mine.len().saturating_sub(1)) as u64;
+            }
             for (_, micro) in rank_micro_batches(mb, settings.micro_batch, rank, size) {
-                let dropout_seed = seed ^ ((epoch as u64) << 40) ^ ((mb_index as u64) << 20) ^ micro[0] as u64;
-                let mode = ForwardMode { train: true, dropout_seed, adapters_off: false };
+                let mode = ForwardMode { train: true, dropout_seed: mb_seed ^ micro[0] as u64, adapters_off: false };
+                let inputs = MicroInputs { old: &old, refs: refs.as_deref(), norm, mode };
                 let (value, sums, ent) =
-                    micro_grads(policy, samples, micro, &old, refs.as_deref(), norm, settings, mode, &mut grads)?;
+                    micro_grads(policy, samples, micro, &inputs, settings, &mut grads, prefix.as_mut())?;
                 loss_value += value;
                 entropy_sum += ent;
                 totals.pg += sums.pg;
@@ -266,7 +236,13 @@ pub fn grpo_update(
                 totals.clipped += sums.clipped;
                 totals.tokens += sums.tokens;
             }
+            if let Some(p) = prefix.as_mut() {
+                prefix_backward(policy, p, &mut grads)?;
+            }
+            stats.phases.grad_secs += computing.elapsed().as_secs_f64();
+            let optimising = Instant::now();
             let norm_before = opt.reduce_clip_apply(world, &mut grads, settings.grad_clip)?;
+            stats.phases.optim_secs += optimising.elapsed().as_secs_f64();
             let mut lv = [loss_value];
             all_reduce_host_f64(world, &mut lv)?;
             stats.loss += lv[0];
@@ -293,7 +269,9 @@ pub fn grpo_update(
 /// as in one process, and with at most two micro-batches per mini-batch the sum over
 /// ranks (in rank order) adds them in one process's order: the update is the same to the
 /// bit. (Splitting sequences instead would change each micro-batch's padding, and with it
-/// the rounding of every reduction inside the model.)
+/// the rounding of every reduction inside the model.) A shared prompt is computed by each
+/// rank for its own sequences and its gradient added there: when the mini-batch's
+/// micro-batches fall on several ranks, the sum is one process's up to rounding.
 fn rank_micro_batches<T>(
     items: &[T],
     micro_batch: usize,
@@ -310,23 +288,34 @@ fn rank_micro_batches<T>(
 /// A micro-batch's loss, loss sums and entropy sum.
 type MicroResult = (f64, LossSums, f64);
 
-/// One micro-batch's forward and backward pass, its gradients added into `grads`.
-#[allow(clippy::too_many_arguments)]
+/// What every micro-batch of a mini-batch is scored against.
+struct MicroInputs<'a> {
+    /// The samples' log-probs before the update.
+    old: &'a [Vec<f32>],
+    /// The reference policy's, when the KL term is on.
+    refs: Option<&'a [Vec<f32>]>,
+    /// Scored tokens of the mini-batch (the loss is their mean).
+    norm: f64,
+    mode: ForwardMode,
+}
+
+/// One micro-batch's forward and backward pass, its gradients added into `grads`; with
+/// `prefix`, the sequences' tokens after it, its keys' and values' gradients added into it.
 fn micro_grads(
     policy: &Qwen3,
     samples: &[Sample],
     micro: &[usize],
-    old: &[Vec<f32>],
-    refs: Option<&[Vec<f32>]>,
-    norm: f64,
+    inputs: &MicroInputs<'_>,
     settings: &UpdateSettings,
-    mode: ForwardMode,
     grads: &mut [Option<Tensor>],
+    prefix: Option<&mut SharedPrefix>,
 ) -> Result<MicroResult, TrainError> {
+    let MicroInputs { old, refs, norm, mode } = *inputs;
     let device = policy.device().clone();
     let seqs: Vec<(&[u32], &[u8])> =
         micro.iter().map(|&i| (samples[i].tokens.as_slice(), samples[i].mask.as_slice())).collect();
-    let batch = TokenBatch::new(&seqs, settings.pad, &device).ctx("building a batch")?;
+    let p = prefix.as_deref().map_or(0, SharedPrefix::len);
+    let batch = TokenBatch::new(&after(&seqs, p), settings.pad, &device).ctx("building a batch")?;
     let cat = |f: &dyn Fn(usize) -> Vec<f32>| -> Result<Tensor, TrainError> {
         let v: Vec<f32> = micro.iter().flat_map(|&i| f(i)).collect();
         let n = v.len();
@@ -363,7 +352,7 @@ fn micro_grads(
         *sums.borrow_mut() = (s, entropy.iter().map(|&e| f64::from(e)).sum());
         Ok(loss)
     };
-    let value = backward_into(policy, &batch.ids, mode, settings.recompute, &head, grads)?;
+    let value = backward_into(policy, &batch.ids, mode, settings.recompute, &head, grads, prefix)?;
     let (s, ent) = sums.into_inner();
     Ok((value, s, ent))
 }
@@ -382,15 +371,24 @@ pub fn sft_step(
     let norm = samples.iter().map(|s| s.scored()).sum::<usize>().max(1) as f64;
     let mut grads: Vec<Option<Tensor>> = vec![None; opt.vars().len()];
     let mut total = 0.0;
+    let mine: Vec<(&[u32], &[u8])> = rank_micro_batches(samples, settings.micro_batch, rank, size)
+        .flat_map(|(_, micro)| micro.iter().map(|s| (s.tokens.as_slice(), s.mask.as_slice())))
+        .collect();
+    let prefix_mode = ForwardMode { train: true, dropout_seed: seed ^ 0xF_FFFF, adapters_off: false };
+    let mut prefix = shared_prefix(model, &mine, prefix_mode)?;
+    let p = prefix.as_ref().map_or(0, SharedPrefix::len);
     for (k, micro) in rank_micro_batches(samples, settings.micro_batch, rank, size) {
         let seqs: Vec<(&[u32], &[u8])> = micro.iter().map(|s| (s.tokens.as_slice(), s.mask.as_slice())).collect();
-        let batch = TokenBatch::new(&seqs, settings.pad, model.device()).ctx("building a batch")?;
+        let batch = TokenBatch::new(&after(&seqs, p), settings.pad, model.device()).ctx("building a batch")?;
         let head = |hidden: &Tensor| -> candle_core::Result<Tensor> {
             let (logp, _) = token_logprobs(model, hidden, &batch, settings.chunk)?;
             logp.sum_all()?.neg()? / norm
         };
         let mode = ForwardMode { train: true, dropout_seed: seed ^ k as u64, adapters_off: false };
-        total += backward_into(model, &batch.ids, mode, settings.recompute, &head, &mut grads)?;
+        total += backward_into(model, &batch.ids, mode, settings.recompute, &head, &mut grads, prefix.as_mut())?;
+    }
+    if let Some(p) = prefix.as_mut() {
+        prefix_backward(model, p, &mut grads)?;
     }
     opt.reduce_clip_apply(world, &mut grads, settings.grad_clip)?;
     let mut lv = [total];

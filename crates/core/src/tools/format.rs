@@ -86,12 +86,19 @@ impl ToolSpecs {
 /// alone in a fenced code block (```` ```json ````, or no language), or a self-closing tag
 /// named after a tool with its arguments as attributes (`<bash cmd="ls" />`). Small models
 /// trained on the Hermes format often write these; their shape leaves no doubt about the
-/// intent. An object or tag whose name is not a tool is not a call.
+/// intent. An object or tag whose name is not a tool is not a call. Without a fence, an
+/// object that starts a line after some text is a call too when it has exactly a call's
+/// keys (`name`, `arguments`/`parameters` or the tool's own argument names): the 0.5B
+/// often writes a sentence, or samples a stray token where `<tool_call>` belongs, first.
 pub fn untagged_json_calls(text: &str, specs: &ToolSpecs) -> Vec<Result<Action, ActionParseError>> {
     let mut bodies: Vec<&str> = Vec::new();
     let trimmed = text.trim();
+    let mut strict = false;
     if trimmed.starts_with('{') || trimmed.starts_with('[') {
         bodies.push(trimmed);
+    } else if !text.contains("```") {
+        bodies = line_start_objects(text);
+        strict = true;
     } else {
         let mut lines = text.lines();
         while let Some(line) = lines.next() {
@@ -132,6 +139,9 @@ pub fn untagged_json_calls(text: &str, specs: &ToolSpecs) -> Vec<Result<Action, 
         };
         for call in calls {
             let serde_json::Value::Object(mut call) = call else { continue };
+            if strict && !has_call_keys(&call, specs) {
+                continue;
+            }
             let Some(serde_json::Value::String(name)) = call.remove("name") else { continue };
             if specs.get(&name).is_none() || out.len() >= super::MAX_ITEMS {
                 continue;
@@ -140,6 +150,65 @@ pub fn untagged_json_calls(text: &str, specs: &ToolSpecs) -> Vec<Result<Action, 
         }
     }
     out
+}
+
+/// JSON objects that start a line (after spaces only), each up to the brace that closes
+/// it (or the end of the text). At most `MAX_ITEMS` are taken, so a reply of many
+/// unclosed `{` lines stays linear.
+fn line_start_objects(text: &str) -> Vec<&str> {
+    let mut out = Vec::new();
+    let mut pos = 0;
+    while pos < text.len() && out.len() < super::MAX_ITEMS {
+        let line_end = text[pos..].find('\n').map_or(text.len(), |n| pos + n + 1);
+        let line = &text[pos..line_end];
+        let start = pos + (line.len() - line.trim_start().len());
+        if !text[start..].starts_with('{') {
+            pos = line_end;
+            continue;
+        }
+        let end = object_end(text, start).unwrap_or(text.len());
+        out.push(&text[start..end]);
+        pos = end.max(start + 1);
+    }
+    out
+}
+
+/// The index just after the `}` that closes the object opening at `start`, skipping
+/// braces inside JSON strings; `None` when it never closes.
+fn object_end(text: &str, start: usize) -> Option<usize> {
+    let (mut depth, mut in_string, mut escaped) = (0usize, false, false);
+    for (i, b) in text.as_bytes()[start..].iter().enumerate() {
+        if in_string {
+            match b {
+                _ if escaped => escaped = false,
+                b'\\' => escaped = true,
+                b'"' => in_string = false,
+                _ => {}
+            }
+            continue;
+        }
+        match b {
+            b'"' => in_string = true,
+            b'{' => depth += 1,
+            b'}' => {
+                depth -= 1;
+                if depth == 0 {
+                    return Some(start + i + 1);
+                }
+            }
+            _ => {}
+        }
+    }
+    None
+}
+
+/// Whether a call object names a tool and holds only a call's keys: `name`,
+/// `arguments`/`parameters`, or that tool's argument names (as small models write them).
+fn has_call_keys(call: &serde_json::Map<String, serde_json::Value>, specs: &ToolSpecs) -> bool {
+    let Some(spec) = call.get("name").and_then(|n| n.as_str()).and_then(|n| specs.get(n)) else { return false };
+    call.keys().all(|k| {
+        matches!(k.as_str(), "name" | "arguments" | "parameters") || spec.arguments.iter().any(|a| a.name == *k)
+    })
 }
 
 /// The error for a block that was meant as a call (it names a tool under `"name"`) but
@@ -380,6 +449,43 @@ mod tests {
         ] {
             assert!(untagged_json_calls(text, &specs).is_empty(), "{text}");
         }
+    }
+
+    /// What the 0.5B writes: a sentence (or a stray token where `<tool_call>` belongs),
+    /// then the call's object on its own line, perhaps a dangling `</tool_call>`.
+    #[test]
+    fn a_call_object_after_some_text_is_a_call_when_it_has_only_a_calls_keys() {
+        let specs = ToolSpecs::builtin().unwrap();
+        let cmd = |text: &str| -> Vec<String> {
+            untagged_json_calls(text, &specs)
+                .into_iter()
+                .map(|c| c.unwrap().args["cmd"].as_str().unwrap_or("").to_string())
+                .collect()
+        };
+        let call = r#"{"name": "bash", "arguments": {"cmd": "wc -l < /app/a.txt > /app/count.txt"}}"#;
+        assert_eq!(cmd(&format!("I will count the lines.\n{call}")), ["wc -l < /app/a.txt > /app/count.txt"]);
+        assert_eq!(cmd(&format!("ython\n  {call}\n</tool_call>")), ["wc -l < /app/a.txt > /app/count.txt"]);
+        let multi = "Sure:\n{\n  \"name\": \"bash\",\n  \"arguments\": {\"cmd\": \"awk '{print $1}' f\"}\n}\nand then";
+        assert_eq!(cmd(multi), ["awk '{print $1}' f"]);
+        let two = format!("First:\n{call}\nThen:\n{}", r#"{"name": "finish", "message": "done"}"#);
+        let calls = untagged_json_calls(&two, &specs);
+        assert_eq!(calls.len(), 2);
+        assert_eq!(calls[1].as_ref().unwrap().args["message"], "done");
+        // Not calls after text: other keys beside a call's, an unknown tool, mid-line.
+        for text in [
+            "Here:\n{\"name\": \"bash\", \"version\": 2, \"arguments\": {\"cmd\": \"ls\"}}",
+            "Here:\n{\"name\": \"python\", \"arguments\": {\"code\": \"1\"}}",
+            "The file now holds {\"name\": \"bash\", \"arguments\": {\"cmd\": \"ls\"}}.",
+            "Config:\n{\"name\": \"app\", \"port\": 8080}",
+        ] {
+            assert!(untagged_json_calls(text, &specs).is_empty(), "{text}");
+        }
+        // An unclosed call that names a tool is that tool's error: it does not run.
+        let broken = untagged_json_calls("Run:\n{\"name\": \"bash\", \"arguments\": {\"cmd\": \"ls\"}\n", &specs);
+        assert_eq!(broken[0].as_ref().unwrap_err().tool.as_deref(), Some("bash"));
+        // Many unclosed objects: answered, each bounded.
+        let many = "x\n".to_string() + &"{\"name\": \"bash\", \"arguments\": {\n".repeat(5_000);
+        assert!(untagged_json_calls(&many, &specs).len() <= super::super::MAX_ITEMS);
     }
 
     #[test]

@@ -8,11 +8,13 @@ pub mod logprobs;
 pub mod lora;
 pub mod lora_gguf;
 pub mod peft;
+pub mod prefix;
 pub mod qwen3;
 
 pub use config::Qwen3Config;
 pub use logprobs::{token_logprobs, TokenBatch, DEFAULT_CHUNK};
 pub use lora::{ForwardMode, Linear, Lora, LoraSettings, Param, LORA_TARGETS};
+pub use prefix::{shared_len, SharedPrefix};
 pub use qwen3::{KvCache, Qwen3, TrainMode};
 
 #[cfg(test)]

@@ -5,7 +5,7 @@ use std::path::Path;
 use candle_core::{DType, Device, Tensor};
 
 use super::*;
-use crate::update::backward;
+use crate::backward::backward;
 
 /// Writes a random tiny Qwen3 (no tokenizer) into `dir`.
 pub(crate) fn write_random_qwen3(dir: &Path, vocab: usize, tied: bool, seed: u64) {
