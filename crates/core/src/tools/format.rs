@@ -118,7 +118,18 @@ pub fn untagged_json_calls(text: &str, specs: &ToolSpecs) -> Vec<Result<Action, 
         }
     }
     let mut out = attribute_tag_calls(text, specs);
-    for body in bodies {
+    // A body that is not one JSON value may be several, one per line (the 0.5B writes a
+    // call and then `finish`, or its arguments, as JSON Lines in one block).
+    let pieces = bodies.into_iter().flat_map(|body| {
+        let body = body.trim();
+        let several = if super::parser::lenient_json(body).is_err() { line_start_objects(body) } else { Vec::new() };
+        if several.len() > 1 {
+            several
+        } else {
+            vec![body]
+        }
+    });
+    for body in pieces {
         let body = body.trim();
         let value = match super::parser::lenient_json(body) {
             Ok(value) => value,
@@ -449,6 +460,36 @@ mod tests {
         ] {
             assert!(untagged_json_calls(text, &specs).is_empty(), "{text}");
         }
+    }
+
+    /// The 0.5B's usual reply: a block of JSON Lines, a call and then `finish` (or only
+    /// finish's arguments, which name no tool and are left out); a broken line that names
+    /// a tool is that tool's error in its place.
+    #[test]
+    fn a_block_of_json_lines_is_one_call_per_line() {
+        let specs = ToolSpecs::builtin().unwrap();
+        let tools = |text: &str| -> Vec<String> {
+            untagged_json_calls(text, &specs)
+                .into_iter()
+                .map(|c| match c {
+                    Ok(a) => a.tool,
+                    Err(e) => format!("error: {}", e.tool.unwrap_or_default()),
+                })
+                .collect()
+        };
+        let reply = "```json\n{\"name\": \"bash\", \"arguments\": {\"cmd\": \"awk -F, 'NR>1{s+=$2} END{print s}' /app/b.csv > /app/answer.txt\"}}\n{\"message\": \"The sum is saved.\"}\n```";
+        assert_eq!(tools(reply), ["bash"]);
+        let calls = untagged_json_calls(reply, &specs);
+        assert_eq!(
+            calls[0].as_ref().unwrap().args["cmd"],
+            "awk -F, 'NR>1{s+=$2} END{print s}' /app/b.csv > /app/answer.txt"
+        );
+        let both = "```json\n{\"name\": \"bash\", \"arguments\": {\"cmd\": \"ls\"}}\n{\"name\": \"finish\", \"arguments\": {\"message\": \"ok\"}}\n```";
+        assert_eq!(tools(both), ["bash", "finish"]);
+        let bare = "{\"name\": \"bash\", \"arguments\": {\"cmd\": \"ls\"}}\n{\"name\": \"finish\", \"arguments\": {\"message\": \"ok\"}}";
+        assert_eq!(tools(bare), ["bash", "finish"]);
+        let broken = "```json\n{\"name\": \"bash\", \"arguments\": {\"cmd\": [\"grep -c \"harp\" f\"]}}\n{\"name\": \"finish\", \"arguments\": {\"message\": \"3\"}}\n```";
+        assert_eq!(tools(broken), ["error: bash", "finish"]);
     }
 
     /// What the 0.5B writes: a sentence (or a stray token where `<tool_call>` belongs),
