@@ -108,10 +108,11 @@ pub fn backward_into(
     let mut x = model.embed(ids).ctx("embedding")?.detach();
     for l in 0..layers {
         inputs.push(x.clone());
+        // No gradient is taken in this pass: the prefix's own tensors serve.
         let mut slot = match prefix.as_deref() {
             Some(p) => {
-                let (k, v) = p.leaves(l).ctx("the prefix")?;
-                SharedPrefix::slot(k.as_tensor(), v.as_tensor(), rows).ctx("the prefix")?
+                let (k, v) = p.kv(l);
+                SharedPrefix::slot(k, v, rows).ctx("the prefix")?
             }
             None => None,
         };
@@ -238,16 +239,17 @@ mod tests {
         (loss, flat(&grads))
     }
 
-    /// The same, one sequence at a time after a shared prefix, then the prefix's backward.
-    fn shared(m: &Qwen3, seqs: &[(Vec<u32>, Vec<u8>)], recompute: bool) -> (f64, Vec<f32>) {
+    /// The same, `micro` sequences at a time after a shared prefix, then the prefix's backward.
+    fn shared(m: &Qwen3, seqs: &[(Vec<u32>, Vec<u8>)], recompute: bool, micro: usize) -> (f64, Vec<f32>) {
         let refs: Vec<(&[u32], &[u8])> = seqs.iter().map(|(i, m)| (i.as_slice(), m.as_slice())).collect();
         let p = shared_len(&refs);
         assert_eq!(p, 20, "the prompt and the unscored token after it");
         let mut prefix = SharedPrefix::compute(m, &refs[0].0[..p], ForwardMode::default()).unwrap();
         let mut grads = vec![None; m.trainable().len()];
         let mut loss = 0.0;
-        for (ids, mask) in &refs {
-            let batch = TokenBatch::new(&[(&ids[p..], &mask[p..])], 0, &Device::Cpu).unwrap();
+        for group in refs.chunks(micro) {
+            let rest: Vec<(&[u32], &[u8])> = group.iter().map(|(ids, mask)| (&ids[p..], &mask[p..])).collect();
+            let batch = TokenBatch::new(&rest, 0, &Device::Cpu).unwrap();
             let head = |h: &Tensor| token_logprobs(m, h, &batch, 5)?.0.sum_all()?.neg();
             loss +=
                 backward_into(m, &batch.ids, ForwardMode::default(), recompute, &head, &mut grads, Some(&mut prefix))
@@ -280,10 +282,10 @@ mod tests {
         let seqs = sequences();
         for mode in [lora, TrainMode::Full] {
             let m = model(&mode, dir.path());
-            for recompute in [false, true] {
+            for (recompute, micro) in [(false, 1), (true, 1), (false, 2), (true, 3)] {
                 let (want_loss, want) = whole(&m, &seqs, recompute);
-                let (got_loss, got) = shared(&m, &seqs, recompute);
-                let what = format!("{mode:?}, recompute {recompute}");
+                let (got_loss, got) = shared(&m, &seqs, recompute, micro);
+                let what = format!("{mode:?}, recompute {recompute}, {micro} sequence(s) at a time");
                 assert!(
                     (want_loss - got_loss).abs() < 1e-4 * want_loss.abs().max(1.0),
                     "{what}: loss {want_loss} vs {got_loss}"

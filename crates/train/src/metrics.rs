@@ -105,7 +105,8 @@ pub struct StepMetrics {
     /// Of the update: handing the new weights to the sampler (the adapter file and its swap).
     #[serde(default, with = "nan_as_null")]
     pub sync_secs: f64,
-    /// Token positions the update went through per pass (every sample's tokens).
+    /// Token positions the update's forward and backward passes went through (every
+    /// sample's, once per PPO epoch).
     #[serde(default)]
     pub update_tokens: u64,
     /// Of those, positions a shared prefix saved (computed once per mini-batch, not per sample).

@@ -159,21 +159,14 @@ impl StepLoop<'_> {
 }
 
 /// Where a step's seconds went, for the step's log line: rollouts, then the update's
-/// phases with the token positions they went through per second.
+/// phases (forward and backward with the token positions they went through per second).
 fn phases_line(m: &StepMetrics) -> String {
-    let rate = |secs: f64| if secs > 0.0 { m.update_tokens as f64 / secs } else { 0.0 };
     let mut line = format!(" (rollouts {:.1} s", m.rollout_secs);
     if m.update_tokens > 0 {
+        let rate = if m.grad_secs > 0.0 { m.update_tokens as f64 / m.grad_secs } else { 0.0 };
         line += &format!(
-            "; scoring {:.1} s, {:.0} tok/s; forward+backward {:.1} s, {:.0} tok/s, {} of {} positions shared; \
-             optimiser {:.2} s",
-            m.score_secs,
-            rate(m.score_secs),
-            m.grad_secs,
-            rate(m.grad_secs),
-            m.shared_tokens,
-            m.update_tokens,
-            m.optim_secs
+            "; scoring {:.1} s; forward+backward {:.1} s, {rate:.0} tok/s, {} of {} positions shared; optimiser {:.2} s",
+            m.score_secs, m.grad_secs, m.shared_tokens, m.update_tokens, m.optim_secs
         );
     }
     line + &format!("; weights to the sampler {:.1} s)", m.sync_secs)

@@ -90,9 +90,10 @@ pub struct UpdatePhases {
     pub grad_secs: f64,
     /// Gradient reduction, clipping and the optimiser.
     pub optim_secs: f64,
-    /// Tokens of the samples (per pass over them).
+    /// Token positions the forward and backward passes went through (every sample's, once
+    /// per PPO epoch).
     pub tokens: u64,
-    /// Of those, tokens computed once per mini-batch as a shared prefix instead of per sample.
+    /// Of those, positions computed once per mini-batch as a shared prefix instead of per sample.
     pub shared_tokens: u64,
 }
 
@@ -198,7 +199,8 @@ pub fn grpo_update(
     let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
     let mut stats = UpdateStats { sampler_logp_diff: sampler_logp_diff(samples, &old), ..Default::default() };
     stats.phases.score_secs = scoring.elapsed().as_secs_f64();
-    stats.phases.tokens = samples.iter().map(|s| s.tokens.len() as u64).sum();
+    let positions: u64 = samples.iter().map(|s| s.tokens.len() as u64).sum();
+    stats.phases.tokens = positions * settings.epochs.max(1) as u64;
     let mut totals = LossSums::default();
     let mut entropy_sum = 0.0;
     let n_vars = opt.vars().len();
@@ -220,10 +222,8 @@ pub fn grpo_update(
                 .collect();
             let prefix_mode = ForwardMode { train: true, dropout_seed: mb_seed ^ 0xF_FFFF, adapters_off: false };
             let mut prefix = shared_prefix(policy, &mine, prefix_mode)?;
-            if epoch == 0 {
-                let p = prefix.as_ref().map_or(0, SharedPrefix::len);
-                stats.phases.shared_tokens += (p * mine.len().saturating_sub(1)) as u64;
-            }
+            let p = prefix.as_ref().map_or(0, SharedPrefix::len);
+            stats.phases.shared_tokens += (p * mine.len().saturating_sub(1)) as u64;
             for (_, micro) in rank_micro_batches(mb, settings.micro_batch, rank, size) {
                 let mode = ForwardMode { train: true, dropout_seed: mb_seed ^ micro[0] as u64, adapters_off: false };
                 let inputs = MicroInputs { old: &old, refs: refs.as_deref(), norm, mode };

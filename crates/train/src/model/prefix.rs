@@ -98,11 +98,13 @@ impl SharedPrefix {
     }
 
     /// The cache slot `layer_forward` reads for a batch of `rows` remainders: the
-    /// prefix's keys and values broadcast over the rows (their gradient sums over them).
+    /// prefix's keys and values copied to every row (the gradient of the copy sums over
+    /// the rows). A copy, not a zero-stride view: attention concatenates the slot with the
+    /// rows' own keys, and candle's matmul wants that product's operand laid out plainly.
     pub fn slot(k: &Tensor, v: &Tensor, rows: usize) -> CResult<Option<(Tensor, Tensor)>> {
         let widen = |t: &Tensor| -> CResult<Tensor> {
             let (_, h, p, d) = t.dims4()?;
-            t.broadcast_as((rows, h, p, d))
+            t.broadcast_as((rows, h, p, d))?.contiguous()
         };
         Ok(Some((widen(k)?, widen(v)?)))
     }
