@@ -7,21 +7,23 @@
 #   scripts/train-real-bench.sh            # OUT as the demo's (runs/train-real-0.5b)
 #
 # Knobs (environment): OUT, K (trials per task, 1), N (trials at once, 2),
-# ADAPTER (another adapter folder than OUT/run/adapter).
+# ADAPTER (another adapter folder than OUT/run/adapter), TASKS (another task folder than
+# OUT/tasks-heldout, e.g. a subset of it).
 # Writes OUT/bench-base/results.json and OUT/bench-adapter/results.json.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/env.sh
 OUT=${OUT:-runs/train-real-0.5b}
 ADAPTER=${ADAPTER:-$OUT/run/adapter}
-[ -d "$OUT/tasks-heldout" ] || { echo "no $OUT/tasks-heldout: run scripts/train-real-demo.sh first" >&2; exit 2; }
+TASKS=${TASKS:-$OUT/tasks-heldout}
+[ -d "$TASKS" ] || { echo "no $TASKS: run scripts/train-real-demo.sh first" >&2; exit 2; }
 [ -f "$ADAPTER/adapter-model.gguf" ] || { echo "no adapter in $ADAPTER (adapter-model.gguf)" >&2; exit 2; }
 for side in base adapter; do
   lora=()
   if [ "$side" = adapter ]; then lora=(--lora "$ADAPTER"); fi
   rm -rf "$OUT/bench-$side"
   "$AGENT_BIN" --config docs/train-real-demo/bench-config.toml bench --quiet --model qwen2.5-coder-0.5b \
-    "${lora[@]}" -k "${K:-1}" -n "${N:-2}" --output "$OUT/bench-$side" "$OUT/tasks-heldout"
+    "${lora[@]}" -k "${K:-1}" -n "${N:-2}" --output "$OUT/bench-$side" "$TASKS"
 done
 python3 - "$OUT" <<'EOF'
 import json, math, sys
