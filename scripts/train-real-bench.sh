@@ -8,7 +8,7 @@
 #
 # Knobs (environment): OUT, K (trials per task, 1), N (trials at once, 2),
 # ADAPTER (another adapter folder than OUT/run/adapter), TASKS (another task folder than
-# OUT/tasks-heldout, e.g. a subset of it).
+# OUT/tasks-heldout), PER_FAMILY (only the first N tasks of each family, by name).
 # Writes OUT/bench-base/results.json and OUT/bench-adapter/results.json.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -17,6 +17,15 @@ OUT=${OUT:-runs/train-real-0.5b}
 ADAPTER=${ADAPTER:-$OUT/run/adapter}
 TASKS=${TASKS:-$OUT/tasks-heldout}
 [ -d "$TASKS" ] || { echo "no $TASKS: run scripts/train-real-demo.sh first" >&2; exit 2; }
+if [ -n "${PER_FAMILY:-}" ]; then
+  sub="$OUT/tasks-heldout-$PER_FAMILY-per-family"
+  rm -rf "$sub"
+  mkdir -p "$sub"
+  for family in $(ls "$TASKS" | sed -n 's/-l[0-9]*-heldout-.*//p' | sort -u); do
+    ls -d "$TASKS/$family"-l* | sort | head -n "$PER_FAMILY" | xargs -I{} cp -r {} "$sub/"
+  done
+  TASKS=$sub
+fi
 [ -f "$ADAPTER/adapter-model.gguf" ] || { echo "no adapter in $ADAPTER (adapter-model.gguf)" >&2; exit 2; }
 for side in base adapter; do
   lora=()
