@@ -120,18 +120,21 @@ pub fn untagged_json_calls(text: &str, specs: &ToolSpecs) -> Vec<Result<Action, 
     let mut out = attribute_tag_calls(text, specs);
     // A body that is not one JSON value may be several, one per line (the 0.5B writes a
     // call and then `finish`, or its arguments, as JSON Lines in one block).
+    // Each piece is parsed once, here.
     let pieces = bodies.into_iter().flat_map(|body| {
         let body = body.trim();
-        let several = if super::parser::lenient_json(body).is_err() { line_start_objects(body) } else { Vec::new() };
-        if several.len() > 1 {
-            several
-        } else {
-            vec![body]
+        match super::parser::lenient_json(body) {
+            Ok(value) => vec![(body, Ok(value))],
+            Err(json_error) => match line_start_objects(body) {
+                several if several.len() > 1 => {
+                    several.into_iter().map(|piece| (piece.trim(), super::parser::lenient_json(piece.trim()))).collect()
+                }
+                _ => vec![(body, Err(json_error))],
+            },
         }
     });
-    for body in pieces {
-        let body = body.trim();
-        let value = match super::parser::lenient_json(body) {
+    for (body, parsed) in pieces {
+        let value = match parsed {
             Ok(value) => value,
             Err(json_error) => {
                 // A broken call is answered with its error, not skipped: skipping it would
