@@ -160,7 +160,7 @@ pub async fn run(args: TrainArgs, config: Config) -> anyhow::Result<u8> {
         preset.hardware.gpus_per_node = n;
         preset.hardware.nodes = args.launch.nnodes;
     } else if let Some(w) = &env {
-        preset.hardware.gpus_per_node = w.local_world_size;
+        preset.hardware.gpus_per_node = w.procs_per_node();
         preset.hardware.nodes = w.nodes();
     }
     preset.validate()?;
@@ -179,6 +179,11 @@ pub async fn run(args: TrainArgs, config: Config) -> anyhow::Result<u8> {
     }
     let out = match &args.out {
         Some(o) => o.clone(),
+        // Each process would name its own folder (its own clock); ranks must write into one.
+        None if env.is_some() || args.launch.nnodes > 1 => anyhow::bail!(
+            "ranks of one run must write into one folder that every host shares: pass --out DIR (the same on every \
+             rank)"
+        ),
         None => PathBuf::from("runs").join(format!("train-{}-{}", preset.name, timestamp())),
     };
     if let Some(n) = args.launch.nproc_per_node {
@@ -204,9 +209,16 @@ pub async fn run(args: TrainArgs, config: Config) -> anyhow::Result<u8> {
         println!("{}", dir.display());
         return Ok(0);
     }
-    let world: Arc<dyn Collective> = match &env {
+    let mut env = env;
+    let world: Arc<dyn Collective> = match &mut env {
         None => Arc::new(agent_train::dist::SingleRank),
-        Some(w) => join_world(w, &preset).await?,
+        Some(w) => join_world(w, &preset, &out).await?,
+    };
+    let device_ordinal = match (&env, preset.hardware.device) {
+        (Some(w), agent_train::preset::Device::Cuda) => {
+            w.gpu_ordinal(std::env::var("CUDA_VISIBLE_DEVICES").ok().as_deref())?
+        }
+        _ => 0,
     };
     let docker = agent_sandbox::connect().await?;
     super::bench::sweep_orphans(&docker).await;
@@ -217,7 +229,7 @@ pub async fn run(args: TrainArgs, config: Config) -> anyhow::Result<u8> {
         progress: rank == 0 && !args.no_progress && std::io::stderr().is_terminal(),
         config,
         world: world.clone(),
-        device_ordinal: env.as_ref().map_or(0, |w| w.local_rank),
+        device_ordinal,
     };
     if rank == 0 {
         eprintln!("● training into {}", out.display());
@@ -323,16 +335,25 @@ impl Training {
 }
 
 /// Joins the world `env` describes (the rendezvous checks that every rank runs this
-/// binary with this preset and seed); on CUDA with NCCL built in, tensors then go over NCCL.
-async fn join_world(env: &WorldEnv, preset: &Preset) -> anyhow::Result<Arc<dyn Collective>> {
+/// binary with this preset, seed and output folder), and fills in from the rendezvous's
+/// host list the local rank the environment left out; on CUDA tensors then go over NCCL.
+async fn join_world(env: &mut WorldEnv, preset: &Preset, out: &std::path::Path) -> anyhow::Result<Arc<dyn Collective>> {
+    if preset.hardware.device == agent_train::preset::Device::Cuda && !cfg!(feature = "nccl") {
+        anyhow::bail!(
+            "this build of agent has no NCCL, and CUDA ranks would send every gradient through host memory over \
+             TCP: rebuild with `cargo build --release --features nccl` to train on several GPUs"
+        );
+    }
     let text = serde_json::to_string(preset).context("encoding the preset for the rendezvous")?;
-    let identity = agent_train::dist::Identity::of_this_process(&text, preset.seed)?;
+    let out = std::path::absolute(out).unwrap_or_else(|_| out.to_path_buf());
+    let identity = agent_train::dist::Identity::of_this_process(&text, preset.seed, &out)?;
     let timeout =
         agent_train::dist::seconds_from_env("AGENT_RENDEZVOUS_TIMEOUT_SECS", train_launch::RENDEZVOUS_TIMEOUT);
     let env2 = env.clone();
     let tcp = tokio::task::spawn_blocking(move || agent_train::dist::rendezvous(&env2, &identity, timeout))
         .await
         .context("the rendezvous task failed")??;
+    env.place_on_hosts(tcp.hosts());
     nccl_or_tcp(tcp, env, preset)
 }
 
@@ -343,7 +364,8 @@ fn nccl_or_tcp(
     preset: &Preset,
 ) -> anyhow::Result<Arc<dyn Collective>> {
     if preset.hardware.device == agent_train::preset::Device::Cuda {
-        return Ok(Arc::new(agent_train::dist::NcclWorld::on_gpu(tcp, env.local_rank)?));
+        let gpu = env.gpu_ordinal(std::env::var("CUDA_VISIBLE_DEVICES").ok().as_deref())?;
+        return Ok(Arc::new(agent_train::dist::NcclWorld::on_gpu(tcp, gpu)?));
     }
     Ok(Arc::new(tcp))
 }

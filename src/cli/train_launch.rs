@@ -78,8 +78,8 @@ pub async fn launch(args: &LaunchArgs, nproc: usize, out: &Path, docker: &agent_
         let place = WorldEnv {
             rank: args.node_rank * nproc + local,
             world_size: world,
-            local_rank: local,
-            local_world_size: nproc,
+            local_rank: Some(local),
+            local_world_size: Some(nproc),
             master_addr: args.master_addr.clone(),
             master_port: port,
         };

@@ -28,5 +28,6 @@ mod train;
 mod train_dist;
 mod train_engine;
 mod train_gguf;
+mod train_presets;
 mod trust;
 mod tui;

@@ -225,7 +225,8 @@ fn dry_run_prints_the_memory_plans_of_the_gpu_presets() {
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     assert!(text.contains("8.19 B") && text.contains("ZeRO-2") && text.contains("optimiser"), "{text}");
     let o = Command::new(support::agent_bin())
-        .args(["train", "--preset", "qwen3-32b-full-8xh100", "--dry-run"])
+        .args(["train", "--dry-run", "--preset"])
+        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("presets/planned/qwen3-32b-full-8xh100.yaml"))
         .output()
         .unwrap();
     assert_eq!(o.status.code(), Some(1), "a plan that does not fit exits 1");

@@ -68,9 +68,11 @@ fn lora_settings() -> agent_train::model::LoraSettings {
 /// Gives every adapter a random B (PEFT starts it at zero, which would change nothing).
 fn perturb(model: &Qwen3, std: f32) {
     for (_, _, lin) in model.projections() {
-        let lora = lin.lora.as_ref().unwrap();
-        let b = Tensor::randn(0f32, std, lora.b.as_tensor().shape(), &Device::Cpu).unwrap();
-        lora.b.set(&b).unwrap();
+        let Some(agent_train::model::Param::Trainable(b_var)) = lin.lora.as_ref().map(|l| &l.b) else {
+            panic!("every projection has a trainable adapter")
+        };
+        let b = Tensor::randn(0f32, std, b_var.as_tensor().shape(), &Device::Cpu).unwrap();
+        b_var.set(&b).unwrap();
     }
 }
 

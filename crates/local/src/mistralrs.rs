@@ -454,13 +454,9 @@ fn template_declares_tools(dir: &Path) -> bool {
 
 /// The snapshot folders of a Hugging Face repository in the local hub cache.
 fn hub_snapshots(repo: &str) -> Vec<PathBuf> {
-    let root = std::env::var_os("HF_HUB_CACHE")
-        .map(PathBuf::from)
-        .or_else(|| std::env::var_os("HF_HOME").map(|h| PathBuf::from(h).join("hub")))
-        .or_else(|| dirs::home_dir().map(|h| h.join(".cache/huggingface/hub")));
-    let Some(root) = root else { return Vec::new() };
-    let snapshots = root.join(format!("models--{}", repo.replace('/', "--"))).join("snapshots");
-    std::fs::read_dir(snapshots).map(|d| d.flatten().map(|e| e.path()).collect()).unwrap_or_default()
+    agent_core::models::hf_cache::cache_root()
+        .map(|root| agent_core::models::hf_cache::snapshots(&root, repo))
+        .unwrap_or_default()
 }
 
 /// A copy of the model folder `base` with the PEFT adapter in `adapter` merged in,

@@ -1,5 +1,7 @@
 //! The backward pass: plain, or with activation recomputation layer by layer, optionally
-//! after a [`SharedPrefix`] whose keys and values the sequences attend to.
+//! after a [`SharedPrefix`] whose keys and values the sequences attend to. Recomputed
+//! layers whose attention scores would be large run attention in tiles, forward and
+//! backward ([`crate::model::attention`]), so no layer ever holds all its scores.
 
 use std::collections::HashMap;
 
@@ -7,7 +9,7 @@ use candle_core::backprop::GradStore;
 use candle_core::{DType, Tensor, TensorId, Var};
 
 use super::error::{TensorContext, TrainError};
-use super::model::{ForwardMode, Qwen3, SharedPrefix};
+use super::model::{attention, ForwardMode, Qwen3, SharedPrefix};
 
 /// Adds gradient stores into one gradient slot per trainable variable.
 pub struct GradSink<'a> {
@@ -105,7 +107,12 @@ pub fn backward_into(
         return Ok(value);
     }
     let mut inputs = Vec::with_capacity(layers);
-    let mut x = model.embed(ids).ctx("embedding")?.detach();
+    // The forward pass takes no gradient: a frozen view of the weights builds no graph
+    // (and lets attention run in tiles).
+    let view = model.shared().ctx("viewing the weights")?;
+    let t = ids.dim(1).ctx("reading a batch")?;
+    let tiled = model.tiles.tiled(rows, model.cfg.num_attention_heads, t, offset + t);
+    let mut x = view.embed(ids).ctx("embedding")?.detach();
     for l in 0..layers {
         inputs.push(x.clone());
         // No gradient is taken in this pass: the prefix's own tensors serve.
@@ -117,8 +124,9 @@ pub fn backward_into(
             None => None,
         };
         let cache = if prefix.is_some() { Some(&mut slot) } else { None };
-        x = model.layer_forward(l, &x, offset, mode, cache).ctx("the forward pass")?.detach();
+        x = view.layer_forward(l, &x, offset, mode, cache).ctx("the forward pass")?.detach();
     }
+    drop(view);
     let top = Var::from_tensor(&x).ctx("recomputation")?;
     let hidden = model.final_norm(top.as_tensor()).ctx("the final norm")?;
     let loss = head(&hidden).ctx("the loss")?;
@@ -140,6 +148,14 @@ pub fn backward_into(
             None => None,
         };
         let cache = if leaves.is_some() { Some(&mut slot) } else { None };
+        if tiled {
+            let store = tiled_layer_backward(model, l, &input, (offset, t), mode, cache, &g, &mut sink)?;
+            if let (Some(p), Some((k, v))) = (prefix.as_deref_mut(), &leaves) {
+                p.add_grad(l, (k, v), &store.0).ctx("the prefix")?;
+            }
+            upstream = store.1;
+            continue;
+        }
         let y = model.layer_forward(l, input.as_tensor(), offset, mode, cache).ctx("recomputing a layer")?;
         let surrogate = (y * g.detach()).ctx("recomputation")?.sum_all().ctx("recomputation")?;
         let store = surrogate.backward().ctx("the backward pass")?;
@@ -155,6 +171,53 @@ pub fn backward_into(
         sink.add(&surrogate.backward().ctx("the backward pass")?).ctx("accumulating gradients")?;
     }
     Ok(value)
+}
+
+/// One recomputed layer's backward pass with attention in tiles: the layer is cut at the
+/// attention. The part after it (output projection, residual, MLP) runs under autograd
+/// from the attention's output as a leaf; the tiled backward turns that leaf's gradient
+/// into the gradients of the queries, keys and values; the part before it (norm,
+/// projections, RoPE, the cached keys) runs under autograd again with those gradients.
+/// Returns the second part's gradient store (the prefix's keys and values are in it) and
+/// the gradient of the layer's input.
+#[allow(clippy::too_many_arguments)]
+fn tiled_layer_backward(
+    model: &Qwen3,
+    l: usize,
+    input: &Var,
+    (offset, t): (usize, usize),
+    mode: ForwardMode,
+    cache: Option<&mut Option<(Tensor, Tensor)>>,
+    upstream: &Tensor,
+    sink: &mut GradSink,
+) -> Result<(GradStore, Option<Tensor>), TrainError> {
+    let c = "recomputing a layer in tiles";
+    let (q, k, v) = model.attention_inputs(l, input.as_tensor(), offset, mode, cache).ctx(c)?;
+    let attended = model.attend_tiled(&q, &k, &v, t).ctx(c)?;
+    let out = Var::from_tensor(&attended.out).ctx(c)?;
+    let y = model.attention_output(l, input.as_tensor(), out.as_tensor(), mode).ctx(c)?;
+    let after = (y * upstream.detach()).ctx(c)?.sum_all().ctx(c)?.backward().ctx("the backward pass")?;
+    sink.add(&after).ctx("accumulating gradients")?;
+    let residual = after.get(input.as_tensor()).cloned();
+    let d_out = after
+        .get(out.as_tensor())
+        .cloned()
+        .ok_or_else(|| TrainError::Other("the attention's output got no gradient".into()))?;
+    drop(after);
+    let scale = model.attention_scale();
+    let (dq, dk, dv) =
+        attention::backward(&q.detach(), &k.detach(), &v.detach(), &attended, &d_out, t, scale, &model.tiles).ctx(c)?;
+    drop(attended);
+    let surrogate = ((q * dq).ctx(c)?.sum_all().ctx(c)? + (k * dk).ctx(c)?.sum_all().ctx(c)?).ctx(c)?;
+    let surrogate = (surrogate + (v * dv).ctx(c)?.sum_all().ctx(c)?).ctx(c)?;
+    let before = surrogate.backward().ctx("the backward pass")?;
+    sink.add(&before).ctx("accumulating gradients")?;
+    let through = before.get(input.as_tensor()).cloned();
+    let grad = match (residual, through) {
+        (Some(a), Some(b)) => Some((a + b).ctx(c)?),
+        (a, b) => a.or(b),
+    };
+    Ok((before, grad))
 }
 
 /// Sends what `prefix` gathered back through it, adding the gradients into `grads`.
@@ -174,6 +237,9 @@ pub fn hidden_after(
     mode: ForwardMode,
     prefix: Option<&SharedPrefix>,
 ) -> candle_core::Result<Tensor> {
+    // No gradient is taken: a frozen view of the weights builds no graph.
+    let view = model.shared()?;
+    let model = &view;
     let Some(p) = prefix else { return model.hidden(ids, mode) };
     let rows = ids.dim(0)?;
     let mut x = model.embed(ids)?;
@@ -292,6 +358,33 @@ mod tests {
                 );
                 assert_close(&got, &want, &what);
             }
+        }
+    }
+
+    /// Recomputed layers with attention in tiles (forward and backward) give the gradient
+    /// that autograd takes through every score at once, alone and after a shared prefix.
+    #[test]
+    fn attention_in_tiles_gives_the_gradient_of_the_whole_score_matrix() {
+        use crate::model::attention::Tiles;
+        let dir = tempfile::tempdir().unwrap();
+        write_random_qwen3(dir.path(), 13, false, 23);
+        let lora = TrainMode::Lora(LoraSettings {
+            rank: 2,
+            alpha: 4.0,
+            dropout: 0.0,
+            targets: LORA_TARGETS.iter().map(|s| s.to_string()).collect(),
+        });
+        let seqs = sequences();
+        for mode in [lora, TrainMode::Full] {
+            let (want_loss, want) = whole(&model(&mode, dir.path()), &seqs, false);
+            let mut tiled = model(&mode, dir.path());
+            // Tiles smaller than the sequences, crossing the diagonal: every path of the tiling runs.
+            tiled.tiles = Tiles { queries: 3, keys: 4, materialise_up_to: 0 };
+            let (got_loss, got) = whole(&tiled, &seqs, true);
+            assert!((want_loss - got_loss).abs() < 1e-4 * want_loss.abs().max(1.0), "{want_loss} vs {got_loss}");
+            assert_close(&got, &want, &format!("{mode:?} in tiles"));
+            let (_, after_prefix) = shared(&tiled, &seqs, true, 2);
+            assert_close(&after_prefix, &want, &format!("{mode:?} in tiles after a shared prefix"));
         }
     }
 

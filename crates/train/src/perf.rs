@@ -300,9 +300,8 @@ pub fn measure(
                     &model,
                     &refs,
                     super::model::ForwardMode::default(),
-                    batch,
-                    0,
-                    settings.chunk,
+                    (batch, 0, settings.chunk),
+                    &SingleRank,
                 )?;
             }
             PerfMode::Fwdbwd => {

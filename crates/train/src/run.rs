@@ -118,6 +118,8 @@ pub async fn train(
         ));
     }
     std::fs::create_dir_all(out).map_err(|e| TrainError::io("create", out, e))?;
+    // A model that is not there is the likelier mistake: said before the device is tried.
+    setup::hf_model_dir(&preset.model.path)?;
     let (device, dtype) = setup::device_and_dtype(preset, opts.device_ordinal)?;
     // Rank 0 generates the base model and runs the warm start exactly as one process
     // would; the other ranks wait for it and load what it wrote.
@@ -130,7 +132,7 @@ pub async fn train(
         blocking(|| barrier(world))?;
         let base = setup::base_model_dir(preset, out)?;
         let start = if preset.sft.is_some() { out.join("sft-model") } else { base };
-        if !start.join("model.safetensors").is_file() {
+        if !start.join("config.json").is_file() {
             return Err(TrainError::bad_file(
                 &start,
                 format!(
@@ -225,7 +227,7 @@ pub async fn train(
             ));
             Arc::new(engine)
         }
-        _ => Arc::new(Sampler::start(policy.merged().ctx("merging the policy")?)?),
+        _ => Arc::new(Sampler::start(policy.shared().ctx("viewing the policy")?)?),
     };
     let sampling = PolicySampling {
         temperature: preset.grpo.temperature,

@@ -27,7 +27,8 @@ use agent_local::tiny_qwen3::{write_tiny_qwen3, TinyQwen3Config};
 /// The model folder a preset names: `tiny:NAME` is generated into `out/base-model`
 /// (its tokenizer learns the warm-start demonstrations' text); a built-in model's name
 /// (`qwen2.5-coder-0.5b`, the GGUF the CPU chat runs) or a `.gguf` path is converted
-/// into `out/base-model` once (see `model::gguf`); anything else is a model folder.
+/// into `out/base-model` once (see `model::gguf`); `hf:ORG/NAME[@REV]` is its snapshot in
+/// the Hugging Face cache; anything else is a model folder.
 pub fn base_model_dir(preset: &Preset, out: &Path) -> Result<PathBuf, TrainError> {
     let spec = preset.model.path.as_str();
     if let Some(gguf) = gguf_source(preset)? {
@@ -36,7 +37,10 @@ pub fn base_model_dir(preset: &Preset, out: &Path) -> Result<PathBuf, TrainError
         return Ok(dir);
     }
     let Some(_name) = spec.strip_prefix("tiny:") else {
-        let dir = preset.resolve_path(spec)?;
+        let dir = match hf_model_dir(spec)? {
+            Some(dir) => dir,
+            None => preset.resolve_path(spec)?,
+        };
         if !dir.join("config.json").is_file() {
             return Err(TrainError::bad_file(
                 &dir,
@@ -76,6 +80,24 @@ pub fn base_model_dir(preset: &Preset, out: &Path) -> Result<PathBuf, TrainError
     write_tiny_qwen3(&tmp, &cfg).map_err(|e| TrainError::Other(format!("cannot write the tiny model: {e}")))?;
     std::fs::rename(&tmp, &dir).map_err(|e| TrainError::io("rename", &tmp, e))?;
     Ok(dir)
+}
+
+/// The snapshot folder of an `hf:ORG/NAME[@REV]` model in the Hugging Face cache (read
+/// as `agent run` reads it, with no hub: a cache filled beforehand, as under
+/// `HF_HUB_OFFLINE=1`); None for any other spec.
+pub fn hf_model_dir(spec: &str) -> Result<Option<PathBuf>, TrainError> {
+    if !spec.starts_with("hf:") {
+        return Ok(None);
+    }
+    let agent_core::llm::ModelSpec::Hf { repo, revision } =
+        agent_core::llm::ModelSpec::parse(spec).map_err(|e| TrainError::Config(format!("model.path: {e}")))?
+    else {
+        return Ok(None);
+    };
+    use agent_core::models::hf_cache;
+    let root = hf_cache::cache_root().map_err(|e| TrainError::Config(e.to_string()))?;
+    let dir = hf_cache::snapshot(&root, &repo, revision.as_deref()).map_err(|e| TrainError::Config(e.to_string()))?;
+    Ok(Some(dir))
 }
 
 /// The GGUF file a preset's model names, if it names one: a built-in model (which must
@@ -341,7 +363,11 @@ pub fn shape_of(preset: &Preset) -> Result<super::preset::ModelShape, TrainError
             tie_word_embeddings: true,
         });
     }
-    let c = Qwen3Config::load(&preset.resolve_path(spec)?)?;
+    let dir = match hf_model_dir(spec)? {
+        Some(dir) => dir,
+        None => preset.resolve_path(spec)?,
+    };
+    let c = Qwen3Config::load(&dir)?;
     Ok(super::preset::ModelShape {
         hidden_size: c.hidden_size,
         num_hidden_layers: c.num_hidden_layers,

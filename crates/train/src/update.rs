@@ -98,21 +98,24 @@ pub struct UpdatePhases {
 }
 
 /// Log-probabilities of every sample's scored tokens under `model` (no gradient kept).
-/// The prompt all samples share is computed once.
+/// The prompt all samples share is computed once. Over several ranks each computes its
+/// run of the micro-batches one process would cut (the same sequences, padded alike, so
+/// the same bits) and the results are exchanged: every rank gets every sample's.
 pub fn sample_logprobs(
     model: &Qwen3,
     samples: &[&Sample],
     mode: ForwardMode,
-    micro_batch: usize,
-    pad: u32,
-    chunk: usize,
+    (micro_batch, pad, chunk): (usize, u32, usize),
+    world: &dyn Collective,
 ) -> Result<Vec<Vec<f32>>, TrainError> {
     let all: Vec<(&[u32], &[u8])> = samples.iter().map(|s| (s.tokens.as_slice(), s.mask.as_slice())).collect();
     let prefix = shared_prefix(model, &all, mode)?;
     let p = prefix.as_ref().map_or(0, SharedPrefix::len);
-    let mut out = Vec::with_capacity(samples.len());
-    for group in all.chunks(micro_batch.max(1)) {
-        let batch = TokenBatch::new(&after(group, p), pad, model.device()).ctx("building a batch")?;
+    let order: Vec<usize> = (0..all.len()).collect();
+    let mut mine: Vec<(usize, Vec<f32>)> = Vec::new();
+    for (_, indices) in rank_micro_batches(&order, micro_batch, world.rank(), world.world_size()) {
+        let group: Vec<(&[u32], &[u8])> = indices.iter().map(|&i| all[i]).collect();
+        let batch = TokenBatch::new(&after(&group, p), pad, model.device()).ctx("building a batch")?;
         let hidden = hidden_after(model, &batch.ids, mode, prefix.as_ref()).ctx("scoring tokens")?;
         let (logp, _) = token_logprobs(model, &hidden, &batch, chunk).ctx("scoring tokens")?;
         // An f64 model (the parity checks' reference) scores in f64; samples keep f32.
@@ -121,9 +124,51 @@ pub fn sample_logprobs(
         for (v, &b) in logp.into_iter().zip(&batch.seq_of_token) {
             per[b].push(v);
         }
-        out.extend(per);
+        mine.extend(indices.iter().copied().zip(per));
+    }
+    let mut out = vec![Vec::new(); all.len()];
+    if world.world_size() == 1 {
+        for (i, v) in mine {
+            out[i] = v;
+        }
+        return Ok(out);
+    }
+    for (r, bytes) in world.all_gather_bytes(&encode_scores(&mine))?.iter().enumerate() {
+        for (i, v) in
+            decode_scores(bytes).ok_or_else(|| TrainError::Distributed(format!("rank {r} sent bad scores")))?
+        {
+            *out.get_mut(i).ok_or_else(|| TrainError::Distributed(format!("rank {r} scored sample {i}")))? = v;
+        }
     }
     Ok(out)
+}
+
+/// Samples' log-probs as bytes: per sample its index, its length and the f32s (exact, unlike text).
+fn encode_scores(scores: &[(usize, Vec<f32>)]) -> Vec<u8> {
+    let mut out = Vec::new();
+    for (i, v) in scores {
+        out.extend((*i as u64).to_le_bytes());
+        out.extend((v.len() as u64).to_le_bytes());
+        out.extend(v.iter().flat_map(|x| x.to_le_bytes()));
+    }
+    out
+}
+
+fn decode_scores(mut bytes: &[u8]) -> Option<Vec<(usize, Vec<f32>)>> {
+    let mut out = Vec::new();
+    let word = |b: &mut &[u8]| -> Option<u64> {
+        let (head, rest) = b.split_first_chunk::<8>()?;
+        *b = rest;
+        Some(u64::from_le_bytes(*head))
+    };
+    while !bytes.is_empty() {
+        let i = word(&mut bytes)? as usize;
+        let n = word(&mut bytes)? as usize;
+        let body = bytes.get(..n.checked_mul(4)?)?;
+        bytes = &bytes[n * 4..];
+        out.push((i, body.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect()));
+    }
+    Some(out)
 }
 
 /// The prompt `seqs` share, run through `model` once, when it is long enough to pay.
@@ -181,20 +226,14 @@ pub fn grpo_update(
     let all: Vec<&Sample> = samples.iter().collect();
     let eval = ForwardMode::default();
     let scoring = Instant::now();
-    let old = sample_logprobs(policy, &all, eval, settings.micro_batch, settings.pad, settings.chunk)?;
+    let batching = (settings.micro_batch, settings.pad, settings.chunk);
+    let old = sample_logprobs(policy, &all, eval, batching, world)?;
     let refs = match reference {
         Reference::None => None,
-        Reference::AdaptersOff => Some(sample_logprobs(
-            policy,
-            &all,
-            ForwardMode { adapters_off: true, ..eval },
-            settings.micro_batch,
-            settings.pad,
-            settings.chunk,
-        )?),
-        Reference::Model(m) => {
-            Some(sample_logprobs(m, &all, eval, settings.micro_batch, settings.pad, settings.chunk)?)
+        Reference::AdaptersOff => {
+            Some(sample_logprobs(policy, &all, ForwardMode { adapters_off: true, ..eval }, batching, world)?)
         }
+        Reference::Model(m) => Some(sample_logprobs(m, &all, eval, batching, world)?),
     };
     let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
     let mut stats = UpdateStats { sampler_logp_diff: sampler_logp_diff(samples, &old), ..Default::default() };
@@ -548,7 +587,7 @@ mod tests {
             let mut data = samples();
             let refs: Vec<&Sample> = data.iter().collect();
             let (mb, pad, chunk) = (one_epoch.micro_batch, one_epoch.pad, one_epoch.chunk);
-            let trainer = sample_logprobs(&m, &refs, ForwardMode::default(), mb, pad, chunk).unwrap();
+            let trainer = sample_logprobs(&m, &refs, ForwardMode::default(), (mb, pad, chunk), &SingleRank).unwrap();
             for (s, t) in data.iter_mut().zip(&trainer) {
                 s.sampler_logp = shift.map(|d| t.iter().map(|v| v - d).collect());
             }

@@ -7,6 +7,7 @@
 pub mod catalog;
 pub mod default_model;
 mod fetch;
+pub mod hf_cache;
 pub mod pull;
 pub mod qwen_tokenizer;
 

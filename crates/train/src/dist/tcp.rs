@@ -1,5 +1,12 @@
-//! Ranks as processes joined over TCP in a star around rank 0: the CPU backend of
-//! [`Collective`], and the control plane of every multi-process run.
+//! Ranks as processes joined over TCP: the CPU backend of [`Collective`], and the control
+//! plane of every multi-process run.
+//!
+//! Two sets of connections. A star around rank 0 carries the control plane (byte gathers
+//! for rollouts, statistics and barriers, heartbeats, aborts). A ring (each rank to the
+//! next) carries the tensors: reduce-scatter and all-gather pass one chunk a step around
+//! it (Patarasuk & Yuan 2009), so an all-reduce of N bytes sends 2·(W−1)/W·N bytes from
+//! every rank, where the star made rank 0 send (W−1)·W·N. Each chunk is summed in one
+//! fixed order by its owner and copied to the others, so every rank holds the same bits.
 //!
 //! Every connection has a reader thread and carries a heartbeat each second. A rank
 //! whose connection closes without a goodbye (killed, crashed) or that stays silent
@@ -8,16 +15,18 @@
 //! cancellation token lets work outside collectives (rollouts) stop too.
 
 use std::net::{Shutdown, TcpStream};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{channel, Receiver, RecvTimeoutError, Sender};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use tokio_util::sync::CancellationToken;
 
+use candle_core::{DType, Tensor};
+
 use super::wire::{self, decode_list, encode_list, read_frame, write_frame};
 use super::Collective;
-use crate::error::TrainError;
+use crate::error::{TensorContext, TrainError};
 
 /// How often a rank says it is alive.
 const HEARTBEAT_EVERY: Duration = Duration::from_secs(1);
@@ -85,8 +94,13 @@ struct Inner {
     rank: usize,
     size: usize,
     links: Vec<Arc<Link>>,
+    /// The ring: the connection this rank writes to rank + 1 on, and the one it reads rank − 1's from.
+    ring: Option<(Arc<Link>, Arc<Link>)>,
+    hosts: Vec<String>,
     abort: Arc<Abort>,
     leaving: AtomicBool,
+    /// Payload bytes of collectives this rank has sent (not heartbeats or frame headers).
+    sent: AtomicU64,
 }
 
 impl Inner {
@@ -107,34 +121,48 @@ pub struct TcpWorld {
 
 impl TcpWorld {
     /// Starts the world over established connections: for rank 0 one per other rank,
-    /// for the others one to rank 0. `peers` holds (rank, description, stream).
-    pub(crate) fn start(rank: usize, size: usize, peers: Vec<(usize, String, TcpStream)>) -> Result<Self, TrainError> {
+    /// for the others one to rank 0. `peers` holds (rank, description, stream); `ring` the
+    /// streams to the next rank and from the previous one (None for a world of one);
+    /// `hosts` every rank's host name, in rank order.
+    pub(crate) fn start(
+        rank: usize,
+        size: usize,
+        peers: Vec<(usize, String, TcpStream)>,
+        ring: Option<(TcpStream, TcpStream)>,
+        hosts: Vec<String>,
+    ) -> Result<Self, TrainError> {
         let mut links = Vec::new();
         let mut readers = Vec::new();
         for (peer, who, stream) in peers {
-            let reader = stream.try_clone().map_err(|e| TrainError::Distributed(format!("socket to {who}: {e}")))?;
-            let _ = stream.set_nodelay(true);
-            // A peer that stops reading (stopped, host gone) must not block a write forever.
-            let _ = stream.set_write_timeout(Some(silence()));
-            let _ = reader.set_read_timeout(None);
-            let (tx, rx) = channel();
-            links.push(Arc::new(Link {
-                peer,
-                who,
-                writer: Mutex::new(stream),
-                inbox: Mutex::new(rx),
-                last_seen: Mutex::new(Instant::now()),
-                said_bye: AtomicBool::new(false),
-            }));
-            readers.push((reader, tx));
+            let (link, reader) = open_link(peer, who, stream)?;
+            readers.push((link.clone(), reader));
+            links.push(link);
         }
-        let inner =
-            Arc::new(Inner { rank, size, links, abort: Arc::new(Abort::default()), leaving: AtomicBool::new(false) });
-        for (i, (stream, tx)) in readers.into_iter().enumerate() {
+        let ring = match ring {
+            Some((next, prev)) => {
+                let (n, p) = ((rank + 1) % size, (rank + size - 1) % size);
+                let (next, _) = open_link(n, format!("rank {n} (next in the ring)"), next)?;
+                let (prev, reader) = open_link(p, format!("rank {p} (previous in the ring)"), prev)?;
+                readers.push((prev.clone(), reader));
+                Some((next, prev))
+            }
+            None => None,
+        };
+        let inner = Arc::new(Inner {
+            rank,
+            size,
+            links,
+            ring,
+            hosts,
+            abort: Arc::new(Abort::default()),
+            leaving: AtomicBool::new(false),
+            sent: AtomicU64::new(0),
+        });
+        for (i, ((link, tx), stream)) in readers.into_iter().map(|(l, (s, tx))| ((l, tx), s)).enumerate() {
             let inner = inner.clone();
             std::thread::Builder::new()
                 .name(format!("rank-link-{i}"))
-                .spawn(move || read_loop(&inner, i, stream, tx))
+                .spawn(move || read_loop(&inner, &link, stream, tx))
                 .map_err(|e| TrainError::Distributed(format!("cannot start a reader thread: {e}")))?;
         }
         let beat = inner.clone();
@@ -148,6 +176,65 @@ impl TcpWorld {
     /// The world's end, shared with whoever must stop work when a rank dies.
     pub fn abort(&self) -> Arc<Abort> {
         self.inner.abort.clone()
+    }
+
+    /// Every rank's host name, in rank order (what places ranks on their hosts' GPUs).
+    pub fn hosts(&self) -> &[String] {
+        &self.inner.hosts
+    }
+
+    /// Payload bytes this rank has sent in collectives so far.
+    pub fn bytes_sent(&self) -> u64 {
+        self.inner.sent.load(Ordering::SeqCst)
+    }
+
+    /// Sends `data[chunk]` to the next rank and receives the previous rank's chunk.
+    fn ring_step(&self, send: &[f32]) -> Result<Vec<f32>, TrainError> {
+        let Some((next, prev)) = &self.inner.ring else {
+            return Err(TrainError::Distributed("this world has no ring".into()));
+        };
+        let bytes: Vec<u8> = send.iter().flat_map(|x| x.to_le_bytes()).collect();
+        self.send(next, &bytes)?;
+        let got = self.recv(prev)?;
+        if got.len() % 4 != 0 {
+            return Err(TrainError::Distributed(format!("{} sent a chunk of {} bytes", prev.who, got.len())));
+        }
+        Ok(got.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect())
+    }
+
+    /// Ring reduce-scatter in place: afterwards `data[bounds[rank]]` holds the sum over ranks of that chunk
+    /// (the other chunks hold partial sums).
+    fn ring_reduce_scatter(&self, data: &mut [f32], bounds: &[std::ops::Range<usize>]) -> Result<(), TrainError> {
+        let (r, w) = (self.inner.rank, self.inner.size);
+        // Step s sends chunk r−s−1 (summed over the s+1 ranks before) and adds the received chunk r−s−2 to
+        // this rank's own: after W−1 steps chunk r has every rank's part, added in the ring's order.
+        for s in 0..w - 1 {
+            let send = bounds[(r + 2 * w - s - 1) % w].clone();
+            let recv = bounds[(r + 2 * w - s - 2) % w].clone();
+            let got = self.ring_step(&data[send])?;
+            if got.len() != recv.len() {
+                return Err(TrainError::Other("ranks passed buffers of different sizes to a reduction".into()));
+            }
+            for (d, g) in data[recv].iter_mut().zip(got) {
+                *d += g;
+            }
+        }
+        Ok(())
+    }
+
+    /// Ring all-gather in place: `data[bounds[rank]]` is this rank's; afterwards every chunk is its owner's.
+    fn ring_all_gather(&self, data: &mut [f32], bounds: &[std::ops::Range<usize>]) -> Result<(), TrainError> {
+        let (r, w) = (self.inner.rank, self.inner.size);
+        for s in 0..w - 1 {
+            let send = bounds[(r + w - s) % w].clone();
+            let recv = bounds[(r + 2 * w - s - 1) % w].clone();
+            let got = self.ring_step(&data[send])?;
+            if got.len() != recv.len() {
+                return Err(TrainError::Other("ranks passed tensors of different sizes to all-gather".into()));
+            }
+            data[recv].copy_from_slice(&got);
+        }
+        Ok(())
     }
 
     fn recv(&self, link: &Link) -> Result<Vec<u8>, TrainError> {
@@ -179,8 +266,53 @@ impl TcpWorld {
             let why = format!("{} stopped receiving ({e})", link.who);
             self.inner.abort_all(why.clone());
             TrainError::Distributed(self.inner.abort.reason().unwrap_or(why))
-        })
+        })?;
+        self.inner.sent.fetch_add(payload.len() as u64, Ordering::SeqCst);
+        Ok(())
     }
+}
+
+/// Chunk boundaries of `n` elements over `w` ranks: as even as can be, the first ones one longer.
+fn even_chunks(n: usize, w: usize) -> Vec<std::ops::Range<usize>> {
+    let (base, extra) = (n / w, n % w);
+    let mut at = 0;
+    (0..w)
+        .map(|i| {
+            let len = base + usize::from(i < extra);
+            at += len;
+            at - len..at
+        })
+        .collect()
+}
+
+/// A tensor's elements as f32 on the host.
+fn host_f32(t: &Tensor) -> Result<Vec<f32>, TrainError> {
+    t.to_dtype(DType::F32).and_then(|t| t.flatten_all()?.to_vec1::<f32>()).ctx("copying a tensor to the host")
+}
+
+/// Wraps an established stream: the link (its writer) and the reader half with the channel its reader thread
+/// feeds.
+#[allow(clippy::type_complexity)]
+fn open_link(
+    peer: usize,
+    who: String,
+    stream: TcpStream,
+) -> Result<(Arc<Link>, (TcpStream, Sender<Vec<u8>>)), TrainError> {
+    let reader = stream.try_clone().map_err(|e| TrainError::Distributed(format!("socket to {who}: {e}")))?;
+    let _ = stream.set_nodelay(true);
+    // A peer that stops reading (stopped, host gone) must not block a write forever.
+    let _ = stream.set_write_timeout(Some(silence()));
+    let _ = reader.set_read_timeout(None);
+    let (tx, rx) = channel();
+    let link = Arc::new(Link {
+        peer,
+        who,
+        writer: Mutex::new(stream),
+        inbox: Mutex::new(rx),
+        last_seen: Mutex::new(Instant::now()),
+        said_bye: AtomicBool::new(false),
+    });
+    Ok((link, (reader, tx)))
 }
 
 #[cfg(test)]
@@ -188,7 +320,8 @@ impl TcpWorld {
     /// Closes every connection without a goodbye, as a killed process does.
     pub(crate) fn vanish(self) {
         self.inner.leaving.store(true, Ordering::SeqCst);
-        for l in &self.inner.links {
+        let ring = self.inner.ring.as_ref().map(|(next, prev)| [next, prev]).into_iter().flatten();
+        for l in self.inner.links.iter().chain(ring) {
             if let Ok(w) = l.writer.lock() {
                 let _ = w.shutdown(Shutdown::Both);
             }
@@ -228,12 +361,48 @@ impl Collective for TcpWorld {
         Ok(parts)
     }
 
+    fn all_reduce_sum(&self, t: &Tensor) -> Result<Tensor, TrainError> {
+        if self.inner.size == 1 {
+            return Ok(t.clone());
+        }
+        let mut data = host_f32(t)?;
+        let bounds = even_chunks(data.len(), self.inner.size);
+        self.ring_reduce_scatter(&mut data, &bounds)?;
+        self.ring_all_gather(&mut data, &bounds)?;
+        Tensor::from_vec(data, t.shape(), t.device()).and_then(|x| x.to_dtype(t.dtype())).ctx("all-reduce")
+    }
+
+    fn reduce_scatter_sum(&self, t: &Tensor) -> Result<Tensor, TrainError> {
+        let (n, w) = (t.elem_count(), self.inner.size);
+        if super::scatter_is_identity(t, w)? {
+            return Ok(t.clone());
+        }
+        let mut data = host_f32(t)?;
+        let bounds = even_chunks(n, w);
+        self.ring_reduce_scatter(&mut data, &bounds)?;
+        let mine = data[bounds[self.inner.rank].clone()].to_vec();
+        Tensor::from_vec(mine, n / w, t.device()).and_then(|x| x.to_dtype(t.dtype())).ctx("reduce-scatter")
+    }
+
+    fn all_gather(&self, t: &Tensor) -> Result<Tensor, TrainError> {
+        let w = self.inner.size;
+        if w == 1 {
+            return Ok(t.clone());
+        }
+        let n = t.elem_count();
+        let mut data = vec![0f32; n * w];
+        data[self.inner.rank * n..(self.inner.rank + 1) * n].copy_from_slice(&host_f32(t)?);
+        let bounds: Vec<_> = (0..w).map(|i| i * n..(i + 1) * n).collect();
+        self.ring_all_gather(&mut data, &bounds)?;
+        Tensor::from_vec(data, n * w, t.device()).and_then(|x| x.to_dtype(t.dtype())).ctx("all-gather")
+    }
+
     /// Waits for every rank, then says goodbye, so that closing the connections is not
     /// taken for a death.
     fn finish(&self) -> Result<(), TrainError> {
         super::barrier(self)?;
         self.inner.leaving.store(true, Ordering::SeqCst);
-        for l in &self.inner.links {
+        for l in self.inner.links.iter().chain(self.inner.ring.as_ref().map(|(next, _)| next)) {
             let _ = l.send(wire::BYE, &[]);
         }
         Ok(())
@@ -259,7 +428,7 @@ impl Drop for TcpWorld {
             self.inner.abort_all(format!("rank {} stopped before the run ended", self.inner.rank));
         }
         self.inner.leaving.store(true, Ordering::SeqCst);
-        for l in &self.inner.links {
+        for l in self.inner.links.iter().chain(self.inner.ring.as_ref().map(|(next, _)| next)) {
             if let Ok(w) = l.writer.lock() {
                 let _ = w.shutdown(Shutdown::Write);
             }
@@ -271,8 +440,7 @@ fn silence() -> Duration {
     super::env::seconds_from_env("AGENT_DIST_TIMEOUT_SECS", DEFAULT_SILENCE)
 }
 
-fn read_loop(inner: &Inner, index: usize, mut stream: TcpStream, tx: Sender<Vec<u8>>) {
-    let link = inner.links[index].clone();
+fn read_loop(inner: &Inner, link: &Link, mut stream: TcpStream, tx: Sender<Vec<u8>>) {
     loop {
         match read_frame(&mut stream, &|| link.seen()) {
             Ok((kind, payload)) => {

@@ -16,6 +16,8 @@ pub const HEARTBEAT: u8 = 5;
 pub const ABORT: u8 = 6;
 /// The sender is leaving normally; the connection closing next is not a death.
 pub const BYE: u8 = 7;
+/// A rank opens its ring connection to the next one; the payload is its rank (u64).
+pub const RING: u8 = 8;
 
 /// Larger frames are a corrupt stream, not data.
 const MAX_FRAME: u64 = 64 << 30;

@@ -217,8 +217,12 @@ pub fn rank_worker(device: &Device, backend: Backend, out: &Path) -> Result<(), 
         .ok_or_else(|| TrainError::Config("a rank worker needs RANK and WORLD_SIZE in its environment".into()))?;
     // Every worker is the same program with the same step: fixed strings stand for the
     // binary's and preset's hashes.
-    let identity =
-        Identity { binary: "agent-gpu-check".into(), preset: "two-rank GRPO step".into(), seed: PARITY_SEED };
+    let identity = Identity {
+        binary: "agent-gpu-check".into(),
+        preset: "two-rank GRPO step".into(),
+        seed: PARITY_SEED,
+        out: String::new(),
+    };
     let control = rendezvous(&env, &identity, RENDEZVOUS_LIMIT)?;
     let rank = control.rank();
     let outcome = match backend {
@@ -329,8 +333,8 @@ fn spawn_worker(
     let env = WorldEnv {
         rank,
         world_size: RANKS,
-        local_rank: rank,
-        local_world_size: RANKS,
+        local_rank: Some(rank),
+        local_world_size: Some(RANKS),
         master_addr: "127.0.0.1".into(),
         master_port: port,
     };

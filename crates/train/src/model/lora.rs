@@ -46,13 +46,14 @@ impl Param {
     }
 }
 
-/// The trainable low-rank pair of one projection.
+/// The low-rank pair of one projection: trainable in the trainer's model, a frozen view of
+/// the same storage in the sampler's (see [`Lora::shared`]).
 #[derive(Debug, Clone)]
 pub struct Lora {
     /// r×in, initialised like PEFT (Kaiming-uniform, bound 1/√in).
-    pub a: Var,
+    pub a: Param,
     /// out×r, initialised to zero so that the adapter starts as the identity update.
-    pub b: Var,
+    pub b: Param,
     /// alpha / r.
     pub scale: f64,
     /// Input dropout probability while training.
@@ -77,8 +78,8 @@ impl Lora {
         let a = Tensor::from_vec(a, (settings.rank, in_dim), device)?.to_dtype(dtype)?;
         let b = Tensor::zeros((out_dim, settings.rank), dtype, device)?;
         Ok(Lora {
-            a: Var::from_tensor(&a)?,
-            b: Var::from_tensor(&b)?,
+            a: Param::Trainable(Var::from_tensor(&a)?),
+            b: Param::Trainable(Var::from_tensor(&b)?),
             scale: settings.scale(),
             dropout: settings.dropout,
         })
@@ -86,8 +87,15 @@ impl Lora {
 
     /// `scale·B·A` in `dtype`: what merging adds to the base weight.
     pub fn delta(&self, dtype: DType) -> Result<Tensor> {
-        let ba = self.b.as_tensor().to_dtype(DType::F32)?.matmul(&self.a.as_tensor().to_dtype(DType::F32)?)?;
+        let ba = self.b.tensor().to_dtype(DType::F32)?.matmul(&self.a.tensor().to_dtype(DType::F32)?)?;
         (ba * self.scale)?.to_dtype(dtype)
+    }
+
+    /// A frozen view of the same matrices: no copy, no gradient graph, and it sees every
+    /// in-place update the optimiser makes to the trainable ones.
+    pub fn shared(&self) -> Lora {
+        let view = |p: &Param| Param::Frozen(p.tensor().detach());
+        Lora { a: view(&self.a), b: view(&self.b), scale: self.scale, dropout: self.dropout }
     }
 }
 
@@ -132,14 +140,26 @@ impl Linear {
         if mode.train && lora.dropout > 0.0 {
             xin = dropout(&xin, lora.dropout, mode.dropout_seed ^ self.site.wrapping_mul(0x9E37_79B9_7F4A_7C15))?;
         }
-        let a = lora.a.as_tensor().to_dtype(dtype)?;
+        let a = lora.a.tensor().to_dtype(dtype)?;
         // The scale goes on B (out×r), not on the N×out product: the same value, a far smaller multiply.
-        let b = (lora.b.as_tensor().to_dtype(dtype)? * lora.scale)?;
+        let b = (lora.b.tensor().to_dtype(dtype)? * lora.scale)?;
         let update = xin.matmul(&a.t()?)?.matmul(&b.t()?)?;
         y + update
     }
 
-    /// The weight with the adapter folded in, frozen: for fast sampling and for export.
+    /// A frozen view sharing this projection's storage, its adapter applied unmerged: what the
+    /// sampler runs, with no copy of the weight.
+    pub fn shared(&self) -> Linear {
+        let view = |p: &Param| Param::Frozen(p.tensor().detach());
+        Linear {
+            weight: view(&self.weight),
+            lora: self.lora.as_ref().map(Lora::shared),
+            bias: self.bias.as_ref().map(view),
+            site: self.site,
+        }
+    }
+
+    /// The weight with the adapter folded in, frozen: for export and the reference copy.
     pub fn merged(&self) -> Result<Linear> {
         let w = self.weight.tensor().detach();
         let w = match &self.lora {

@@ -47,8 +47,8 @@ pub fn save_adapter_gguf(model: &Qwen3, alpha: f64, arch: &str, path: &Path) -> 
             let t = t.detach().to_dtype(DType::F32)?.to_device(&Device::Cpu)?.contiguous()?;
             QTensor::quantize(&t, GgmlDType::F32).ctx(what)
         };
-        let a = to_q(lora.a.as_tensor(), "converting a LoRA A matrix for llama.cpp")?;
-        let b = to_q(lora.b.as_tensor(), "converting a LoRA B matrix for llama.cpp")?;
+        let a = to_q(lora.a.tensor(), "converting a LoRA A matrix for llama.cpp")?;
+        let b = to_q(lora.b.tensor(), "converting a LoRA B matrix for llama.cpp")?;
         rank = Some(a.shape().dims()[0]);
         tensors.push((format!("blk.{i}.{name}.weight.lora_a"), a));
         tensors.push((format!("blk.{i}.{name}.weight.lora_b"), b));

@@ -1,5 +1,6 @@
 //! The trainable Qwen3: configuration, weights, LoRA, chunked log-probs, adapter files.
 
+pub mod attention;
 pub mod config;
 pub mod gguf;
 /// The CPU kernels live in their own crate, compiled with optimisations even in dev builds.

@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 
 use candle_core::{DType, Device, Tensor, Var, D};
 
+use super::attention::{self, Attended, Tiles};
 use super::config::Qwen3Config;
 use super::lora::{ForwardMode, Linear, Lora, LoraSettings, Param};
 use crate::error::{TensorContext, TrainError};
@@ -95,6 +96,8 @@ pub struct Qwen3 {
     sin: Tensor,
     dtype: DType,
     device: Device,
+    /// When attention is computed in tiles, and their sizes.
+    pub tiles: Tiles,
 }
 
 impl Qwen3 {
@@ -186,7 +189,18 @@ impl Qwen3 {
         let norm = param(take("model.norm.weight")?)?;
         let lm_head = if cfg.tie_word_embeddings { None } else { Some(param(take("lm_head.weight")?)?) };
         let (cos, sin) = rope_tables(&cfg, dtype, device).ctx("building RoPE tables")?;
-        Ok(Qwen3 { cfg, embed, layers, norm, lm_head, cos, sin, dtype, device: device.clone() })
+        Ok(Qwen3 {
+            cfg,
+            embed,
+            layers,
+            norm,
+            lm_head,
+            cos,
+            sin,
+            dtype,
+            device: device.clone(),
+            tiles: Tiles::default(),
+        })
     }
 
     /// The compute dtype.
@@ -226,10 +240,83 @@ impl Qwen3 {
         mode: ForwardMode,
         cache: Option<&mut Option<(Tensor, Tensor)>>,
     ) -> CResult<Tensor> {
+        let (q, k, v) = self.attention_inputs(l, x, offset, mode, cache)?;
+        let t = x.dim(1)?;
+        let o = self.mix(&q, &k, &v, t)?;
+        self.attention_output(l, x, &o, mode)
+    }
+
+    /// The first part of layer `l`: queries `(b, kv_heads, group·t, d)` and keys and values
+    /// `(b, kv_heads, s, d)` (after what `cache` holds; see [`super::attention`] for the layout).
+    pub fn attention_inputs(
+        &self,
+        l: usize,
+        x: &Tensor,
+        offset: usize,
+        mode: ForwardMode,
+        cache: Option<&mut Option<(Tensor, Tensor)>>,
+    ) -> CResult<(Tensor, Tensor, Tensor)> {
         let layer = &self.layers[l];
+        let (b, t, hid) = x.dims3()?;
         let h = rms_norm(x, layer.input_norm.tensor(), self.cfg.rms_norm_eps)?;
-        let a = self.attention(&layer.attn, &h, offset, mode, cache)?;
+        let rows = h.reshape((b * t, hid))?;
+        let attn = &layer.attn;
+        let q = attn.q_proj.forward(&rows, mode)?;
+        let k = attn.k_proj.forward(&rows, mode)?;
+        let v = attn.v_proj.forward(&rows, mode)?;
+        self.heads(attn, (&q, &k, &v), (b, t), offset, cache)
+    }
+
+    /// The rest of layer `l` from the attention's output `o` (the queries' layout): the
+    /// output projection, the residual and the MLP.
+    pub fn attention_output(&self, l: usize, x: &Tensor, o: &Tensor, mode: ForwardMode) -> CResult<Tensor> {
+        let layer = &self.layers[l];
+        let (b, t, hid) = x.dims3()?;
+        let a = layer.attn.o_proj.forward(&self.head_rows(o, b, t)?, mode)?.reshape((b, t, hid))?;
         self.feed_forward(layer, &(x + a)?, mode)
+    }
+
+    /// The attention's scale, 1/√d.
+    pub fn attention_scale(&self) -> f64 {
+        1.0 / (self.cfg.head_dim() as f64).sqrt()
+    }
+
+    /// Tiled attention with the state its backward pass needs (no gradient graph).
+    pub fn attend_tiled(&self, q: &Tensor, k: &Tensor, v: &Tensor, t: usize) -> CResult<Attended> {
+        attention::forward(&q.detach(), &k.detach(), &v.detach(), t, self.attention_scale(), &self.tiles)
+    }
+
+    /// Attention's output in the queries' layout: in tiles when nothing asks for a gradient
+    /// and the scores would be large, else every score at once (differentiable).
+    fn mix(&self, q: &Tensor, k: &Tensor, v: &Tensor, t: usize) -> CResult<Tensor> {
+        let (b, _, _, _) = q.dims4()?;
+        let s = k.dim(2)?;
+        let graph = q.track_op() || k.track_op() || v.track_op();
+        if !graph && self.tiles.tiled(b, self.cfg.num_attention_heads, t, s) {
+            return Ok(self.attend_tiled(q, k, v, t)?.out);
+        }
+        let (nh, nkv) = (self.cfg.num_attention_heads, self.cfg.num_key_value_heads);
+        let group = nh / nkv;
+        let scores = q.matmul(&k.t()?)?;
+        let probs = if super::fused::applies(&scores) {
+            super::fused::causal_softmax(&scores, self.attention_scale(), t)?
+        } else {
+            let scores = (scores * self.attention_scale())?;
+            let scores = if t > 1 {
+                let mask = causal_mask(t, s, self.dtype, &self.device)?;
+                scores.broadcast_add(&Tensor::cat(&vec![&mask; group], 0)?)?
+            } else {
+                scores
+            };
+            softmax_last(&scores)?
+        };
+        probs.matmul(v)
+    }
+
+    /// The queries' layout `(b, kv_heads, group·t, d)` as the output projection's rows `(b·t, heads·d)`.
+    fn head_rows(&self, o: &Tensor, b: usize, t: usize) -> CResult<Tensor> {
+        let (nh, hd) = (self.cfg.num_attention_heads, self.cfg.head_dim());
+        o.reshape((b, nh, t, hd))?.transpose(1, 2)?.reshape((b * t, nh * hd))
     }
 
     /// The second half of a layer: `x + MLP(RMSNorm(x))`, for input of any shape ending
@@ -309,7 +396,8 @@ impl Qwen3 {
             for (i, cache) in caches.iter_mut().enumerate() {
                 let row = |t: &Tensor| t.narrow(0, i, 1);
                 let qkv = (&row(&q)?, &row(&k)?, &row(&v)?);
-                outs.push(self.attend(attn, qkv, (1, 1), offsets[i], Some(&mut cache.layers[l]))?);
+                let (q, k, v) = self.heads(attn, qkv, (1, 1), offsets[i], Some(&mut cache.layers[l]))?;
+                outs.push(self.head_rows(&self.mix(&q, &k, &v, 1)?, 1, 1)?);
             }
             if rows > n {
                 outs.push(pad.clone());
@@ -321,8 +409,20 @@ impl Qwen3 {
         (0..n).map(|i| logits.get(i)).collect()
     }
 
-    /// A frozen copy with every adapter merged into its base weight: the policy as a sampler sees it.
+    /// A frozen copy with every adapter merged into its base weight (a new copy of each
+    /// adapted projection): for export and the frozen reference of a full update.
     pub fn merged(&self) -> CResult<Qwen3> {
+        self.frozen_with(&|l: &Linear| l.merged())
+    }
+
+    /// The policy as the sampler sees it: a frozen view of the same storage (no copy of any
+    /// weight, no gradient graph), adapters applied unmerged, live: an in-place update of the
+    /// trainable weights is seen by the next forward.
+    pub fn shared(&self) -> CResult<Qwen3> {
+        self.frozen_with(&|l: &Linear| Ok(l.shared()))
+    }
+
+    fn frozen_with(&self, project: &dyn Fn(&Linear) -> CResult<Linear>) -> CResult<Qwen3> {
         let frozen = |p: &Param| Param::Frozen(p.tensor().detach());
         let layers = self
             .layers
@@ -330,17 +430,17 @@ impl Qwen3 {
             .map(|l| -> CResult<Layer> {
                 Ok(Layer {
                     attn: Attention {
-                        q_proj: l.attn.q_proj.merged()?,
-                        k_proj: l.attn.k_proj.merged()?,
-                        v_proj: l.attn.v_proj.merged()?,
-                        o_proj: l.attn.o_proj.merged()?,
+                        q_proj: project(&l.attn.q_proj)?,
+                        k_proj: project(&l.attn.k_proj)?,
+                        v_proj: project(&l.attn.v_proj)?,
+                        o_proj: project(&l.attn.o_proj)?,
                         q_norm: l.attn.q_norm.as_ref().map(frozen),
                         k_norm: l.attn.k_norm.as_ref().map(frozen),
                     },
                     mlp: Mlp {
-                        gate_proj: l.mlp.gate_proj.merged()?,
-                        up_proj: l.mlp.up_proj.merged()?,
-                        down_proj: l.mlp.down_proj.merged()?,
+                        gate_proj: project(&l.mlp.gate_proj)?,
+                        up_proj: project(&l.mlp.up_proj)?,
+                        down_proj: project(&l.mlp.down_proj)?,
                     },
                     input_norm: frozen(&l.input_norm),
                     post_norm: frozen(&l.post_norm),
@@ -357,6 +457,7 @@ impl Qwen3 {
             sin: self.sin.clone(),
             dtype: self.dtype,
             device: self.device.clone(),
+            tiles: self.tiles,
         })
     }
 
@@ -427,40 +528,27 @@ impl Qwen3 {
         for (i, module, lin) in self.projections() {
             if let Some(lora) = &lin.lora {
                 let key = format!("base_model.model.model.layers.{i}.{module}");
-                out.push((format!("{key}.lora_A.weight"), lora.a.clone()));
-                out.push((format!("{key}.lora_B.weight"), lora.b.clone()));
+                for (suffix, p) in [("lora_A", &lora.a), ("lora_B", &lora.b)] {
+                    if let Param::Trainable(v) = p {
+                        out.push((format!("{key}.{suffix}.weight"), v.clone()));
+                    }
+                }
             }
         }
         out
     }
 
-    fn attention(
-        &self,
-        attn: &Attention,
-        h: &Tensor,
-        offset: usize,
-        mode: ForwardMode,
-        cache: Option<&mut Option<(Tensor, Tensor)>>,
-    ) -> CResult<Tensor> {
-        let (b, t, hid) = h.dims3()?;
-        let rows = h.reshape((b * t, hid))?;
-        let q = attn.q_proj.forward(&rows, mode)?;
-        let k = attn.k_proj.forward(&rows, mode)?;
-        let v = attn.v_proj.forward(&rows, mode)?;
-        let out = self.attend(attn, (&q, &k, &v), (b, t), offset, cache)?;
-        attn.o_proj.forward(&out, mode)?.reshape((b, t, hid))
-    }
-
-    /// Attention from projected rows (B·T × heads·D each) to the rows the output
-    /// projection takes, with `cache` receiving the new keys and values.
-    fn attend(
+    /// Queries, keys and values in the attention layout from projected rows (B·T × heads·D
+    /// each): per-head norms, RoPE, and the keys and values of `cache` before the new ones
+    /// (which `cache` then holds too).
+    fn heads(
         &self,
         attn: &Attention,
         (q, k, v): (&Tensor, &Tensor, &Tensor),
         (b, t): (usize, usize),
         offset: usize,
         cache: Option<&mut Option<(Tensor, Tensor)>>,
-    ) -> CResult<Tensor> {
+    ) -> CResult<(Tensor, Tensor, Tensor)> {
         let (nh, nkv, hd) = (self.cfg.num_attention_heads, self.cfg.num_key_value_heads, self.cfg.head_dim());
         let q = q.reshape((b, t, nh, hd))?;
         let k = k.reshape((b, t, nkv, hd))?;
@@ -490,27 +578,11 @@ impl Qwen3 {
             }
             *slot = Some((k.clone(), v.clone()));
         }
-        let total = k.dim(2)?;
         // Grouped-query attention without copying keys and values per head: the query
         // heads that share a key/value head (adjacent in Qwen3's layout) are stacked
         // into one block of rows, so each group is one product against its keys.
-        let group = nh / nkv;
-        let q = q.reshape((b, nkv, group * t, hd))?;
-        let scale = 1.0 / (hd as f64).sqrt();
-        let scores = q.matmul(&k.t()?)?;
-        let probs = if super::fused::applies(&scores) {
-            super::fused::causal_softmax(&scores, scale, t)?
-        } else {
-            let scores = (scores * scale)?;
-            let scores = if t > 1 {
-                let mask = causal_mask(t, total, self.dtype, &self.device)?;
-                scores.broadcast_add(&Tensor::cat(&vec![&mask; group], 0)?)?
-            } else {
-                scores
-            };
-            softmax_last(&scores)?
-        };
-        probs.matmul(&v)?.reshape((b, nh, t, hd))?.transpose(1, 2)?.reshape((b * t, nh * hd))
+        let q = q.reshape((b, nkv, (nh / nkv) * t, hd))?;
+        Ok((q, k, v))
     }
 }
 

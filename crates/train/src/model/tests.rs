@@ -52,7 +52,7 @@ pub(crate) fn write_random_qwen3(dir: &Path, vocab: usize, tied: bool, seed: u64
     std::fs::write(dir.join("config.json"), cfg.to_string()).unwrap();
 }
 
-fn lora(rank: usize) -> TrainMode {
+pub(crate) fn lora(rank: usize) -> TrainMode {
     TrainMode::Lora(LoraSettings {
         rank,
         alpha: 2.0 * rank as f64,
@@ -299,6 +299,6 @@ fn the_llama_cpp_adapter_file_holds_each_pair_in_the_layout_llama_cpp_checks() {
     let (_, _, lin) = model.projections().into_iter().find(|(i, m, _)| *i == 1 && *m == "mlp.up_proj").unwrap();
     let a = content.tensor(&mut reader, "blk.1.ffn_up.weight.lora_a", &Device::Cpu).unwrap();
     let a = a.dequantize(&Device::Cpu).unwrap().flatten_all().unwrap().to_vec1::<f32>().unwrap();
-    let ours = lin.lora.as_ref().unwrap().a.as_tensor().flatten_all().unwrap().to_vec1::<f32>().unwrap();
+    let ours = lin.lora.as_ref().unwrap().a.tensor().flatten_all().unwrap().to_vec1::<f32>().unwrap();
     assert_eq!(a, ours);
 }

@@ -108,7 +108,7 @@ impl MemoryPlan {
 
     fn engine_rows(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let copy = match (self.engine, self.lora) {
-            (RolloutEngine::Candle, Some(_)) => format!("  merged adapted projections ({})", self.dtype),
+            (RolloutEngine::Candle, Some(_)) => "  weights (the trainer's, adapters unmerged)".to_string(),
             (RolloutEngine::Candle, None) => "  weights (shares the trainer's)".to_string(),
             (RolloutEngine::Mistralrs, _) => format!("  its own copy of the weights ({})", self.dtype),
             (RolloutEngine::Openai, _) => "  weights (none: an external server)".to_string(),

@@ -21,24 +21,28 @@
 //!   (ZeRO 1 and 2);
 //! - reference model: a frozen copy of the weights only for a full update with `kl_coef > 0` (with LoRA the base
 //!   model is the reference for free);
-//! - activations of one micro-batch (`micro_batch × max_seq_len` tokens), see [`activation_bytes`];
+//! - activations of one micro-batch (`micro_batch × max_seq_len` tokens), see [`activation_bytes`]; with
+//!   `recompute`, attention whose scores would be large runs in tiles forward and backward, so only a few tiles
+//!   of scores exist at once;
 //! - the chunked log-prob buffer: 1024 tokens × vocab of f32 logits, and their gradient;
 //! - buffers of the gradient reduction (ZeRO 0 over several GPUs: `all_reduce_grads`'s f32 copy, concatenation
 //!   and sum of every gradient; ZeRO 1/2: one bucket of [`BUCKET_ELEMS`]) and of the in-place AdamW update
 //!   (about eight f32 slices of [`UPDATE_SLICE`] elements);
 //! - on CUDA a fixed reserve for the context, cuBLAS workspaces and allocator slack.
 //!
-//! The rollout engine, per GPU: its own copy of the weights (candle: with LoRA the merged adapted projections,
-//! with full updates none, it shares the trainer's; mistral.rs: all of them; an external server: nothing), the
-//! KV cache of its share of the rollouts in flight (rollout.concurrency over the GPUs) at `max_seq_len`, or,
-//! when larger, the second copy of the weights that exists while the policy is reloaded after an update (the
-//! new copy is built before the old one is dropped; the KV caches are gone by then).
+//! The rollout engine, per GPU: its own copy of the weights (candle: none, it samples from a view of the
+//! trainer's weights with the adapters applied unmerged; mistral.rs: all of them; llama.cpp: its quantised
+//! base; an external server: nothing), the KV cache of its share of the rollouts in flight (rollout.concurrency
+//! over the GPUs) at `max_seq_len`, or, when larger, the second copy of the weights that exists while
+//! mistral.rs reloads the policy after an update (the new copy is built before the old one is dropped; the KV
+//! caches are gone by then).
 
 mod display;
 #[cfg(test)]
 mod tests;
 
 use super::dist::zero::BUCKET_ELEMS;
+use super::model::attention::Tiles;
 use super::optim::UPDATE_SLICE;
 use super::preset::{Device, Dtype, ModelShape, Preset, RolloutEngine};
 use display::gib;
@@ -163,6 +167,11 @@ pub struct MemoryPlan {
 
 /// Activations (total, of which attention scores) of one micro-batch, in bytes.
 ///
+/// With recomputation and [`Tiles::tiled`] attention (the backward pass's choice), the scores term is what the
+/// tiles keep instead: four f32 tiles of scores (scores, probabilities, their gradient and a temporary) and the
+/// f32 copies the tiled passes make of queries, output and their gradients, keys and values (eight per-token
+/// head-sized rows, counted at the query heads).
+///
 /// Korthikanti et al. 2022, "Reducing Activation Recomputation in Large Transformer Models" (the Megatron
 /// formula): one layer keeps `s·b·h·(34 + 5·a·s/h)` bytes with 16-bit activations, i.e. per token
 /// `34·h + 5·a·s`. Of the 34·h, 11·h is the attention block, 4·h the two norms and 19·h a GeLU MLP of width 4h;
@@ -184,6 +193,13 @@ pub fn activation_bytes(
     let a = shape.num_attention_heads as u64;
     let layers = shape.num_hidden_layers as u64;
     let attention_per_token = 5 * a * seq_len;
+    let tiles = Tiles::default();
+    if recompute && tiles.tiled(micro_batch as usize, a as usize, seq_len as usize, seq_len as usize) {
+        let hd = shape.head_dim as u64;
+        let attention = 4 * tiles.tile_bytes(micro_batch as usize, a as usize) as u64 + 8 * tokens * a * hd * 4;
+        let rest = (tokens * layers * 2 * h + tokens * (17 * h + 8 * i)) * dtype.size() / 2;
+        return (rest + attention, attention);
+    }
     let per_token_layer = 17 * h + 8 * i + attention_per_token;
     let (units, attention_units) = if recompute {
         (tokens * layers * 2 * h + tokens * per_token_layer, tokens * attention_per_token)
@@ -280,23 +296,18 @@ impl MemoryPlan {
         let rollouts_in_flight = (preset.rollout.concurrency as u64).min(rollouts_per_step);
         let kv_bytes_per_rollout =
             2 * shape.num_hidden_layers as u64 * (shape.num_key_value_heads * shape.head_dim) as u64 * seq * dt;
-        let merged_projections = match &preset.mode.lora {
-            Some(l) => {
-                let targets: Vec<&str> = l.targets.iter().map(String::as_str).collect();
-                projection_params(shape, &targets) * shape.num_hidden_layers as u64 * dt
-            }
-            None => 0,
-        };
         let (rollout_weight_bytes, in_flight_per_gpu) = match preset.rollout.engine {
-            RolloutEngine::Candle => (merged_projections, rollouts_in_flight.div_ceil(world.max(1))),
+            // A view of the trainer's weights, adapters unmerged: nothing of its own.
+            RolloutEngine::Candle => (0, rollouts_in_flight.div_ceil(world.max(1))),
             RolloutEngine::Mistralrs => (base_params * dt, rollouts_in_flight.div_ceil(world.max(1))),
             RolloutEngine::Openai => (0, 0),
             // The quantised GGUF (Q4_K_M: ~5 bits a weight) with the adapter on top.
             RolloutEngine::Llamacpp => (base_params * 5 / 8, rollouts_in_flight.div_ceil(world.max(1))),
         };
-        // llama.cpp swaps the adapter in place (the base is never loaded twice).
+        // llama.cpp swaps the adapter in place (the base is never loaded twice); the candle
+        // sampler's view follows the weights as they are updated.
         let rollout_reload_bytes = match preset.rollout.engine {
-            RolloutEngine::Llamacpp => 0,
+            RolloutEngine::Llamacpp | RolloutEngine::Candle => 0,
             _ => rollout_weight_bytes,
         };
         let rollout_kv_bytes = kv_bytes_per_rollout * in_flight_per_gpu;

@@ -42,6 +42,12 @@ impl Preset {
 
         non_empty("name", &self.name)?;
         non_empty("model.path", &self.model.path)?;
+        if self.hardware.device == Device::Cpu && self.dtype == super::Dtype::Bf16 {
+            return Err(bad(
+                "dtype",
+                "bf16 runs on CUDA only (candle's CPU matrix products have no bf16): use f32 on the CPU".into(),
+            ));
+        }
         if self.model.path.starts_with("tiny:") && self.model.path != TINY_TOY {
             return Err(bad(
                 "model.path",

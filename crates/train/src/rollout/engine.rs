@@ -35,7 +35,9 @@ impl RolloutSampler for Sampler {
     }
 
     async fn load_policy(&self, policy: &Qwen3) -> Result<(), TrainError> {
-        self.set_policy(policy.merged().ctx("merging the policy")?);
+        // A view of the trainer's weights and live adapters: nothing is copied, and
+        // setting it only drops the KV caches computed under the old weights.
+        self.set_policy(policy.shared().ctx("viewing the policy")?);
         Ok(())
     }
 

@@ -1,5 +1,6 @@
-//! In-process sampling from the candle policy: a worker thread that owns a merged,
-//! frozen snapshot of the policy, keeps a KV cache per rollout (a new prompt that
+//! In-process sampling from the candle policy: a worker thread that holds a frozen view
+//! of the trainer's own weights (adapters applied unmerged, no copy: see
+//! [`Qwen3::shared`]), keeps a KV cache per rollout (a new prompt that
 //! extends the previous one only computes its new tokens), decodes the running rollouts
 //! together in fixed-size batches, and samples with a per-request seed, so that a
 //! rollout's tokens do not depend on scheduling or on its batch.
@@ -57,7 +58,7 @@ pub struct Sampler {
 }
 
 impl Sampler {
-    /// Starts a worker sampling from `policy` (already merged and frozen).
+    /// Starts a worker sampling from `policy` (a frozen view or copy).
     pub fn start(policy: Qwen3) -> Result<Sampler, TrainError> {
         let policy = Arc::new(RwLock::new(Arc::new(policy)));
         let (tx, rx) = channel();
@@ -69,7 +70,7 @@ impl Sampler {
         Ok(Sampler { tx, policy })
     }
 
-    /// Replaces the policy snapshot (after an update); cached prefixes are dropped.
+    /// Replaces the policy (after an update); cached prefixes are dropped.
     pub fn set_policy(&self, policy: Qwen3) {
         if let Ok(mut p) = self.policy.write() {
             *p = Arc::new(policy);
@@ -403,6 +404,56 @@ mod tests {
         sampler.submit(req).unwrap();
         let next = rx.blocking_recv().unwrap().unwrap();
         assert_eq!(next.computed_prompt_tokens, 1);
+    }
+
+    #[test]
+    fn a_sampler_on_the_shared_weights_samples_what_a_merged_copy_samples_and_follows_updates() {
+        use crate::model::tests::{lora, write_random_qwen3};
+        use crate::model::Param;
+        let dir = tempfile::tempdir().unwrap();
+        write_random_qwen3(dir.path(), 13, true, 2);
+        let policy = Qwen3::load(dir.path(), &lora(4), DType::F32, &Device::Cpu, 1).unwrap();
+        // Non-zero adapters (B starts at zero), so that applying them unmerged matters.
+        let randomise = |salt: f32| {
+            for (_, v) in policy.trainable() {
+                let n = v.as_tensor().elem_count();
+                let vals: Vec<f32> = (0..n).map(|i| ((i as f32 * 0.37 + salt).sin()) * 0.3).collect();
+                v.set(&Tensor::from_vec(vals, v.as_tensor().shape(), &Device::Cpu).unwrap()).unwrap();
+            }
+        };
+        randomise(0.1);
+        let run = |sampler: &Sampler| -> Vec<Generated> {
+            (0..4u64)
+                .map(|s| {
+                    let (req, rx) = request(s, vec![3, 5, (s % 13) as u32], 40 + s);
+                    sampler.submit(req).unwrap();
+                    rx.blocking_recv().unwrap().unwrap()
+                })
+                .collect()
+        };
+        let shared = Sampler::start(policy.shared().unwrap()).unwrap();
+        let merged = run(&Sampler::start(policy.merged().unwrap()).unwrap());
+        let ours = run(&shared);
+        for (a, b) in ours.iter().zip(&merged) {
+            assert_eq!(a.ids, b.ids);
+            for (x, y) in a.logp.iter().zip(&b.logp) {
+                assert!((x - y).abs() < 1e-4, "{x} vs {y}");
+            }
+        }
+        // The sampler's adapters are the trainer's: an in-place update is what it samples from next.
+        randomise(2.0);
+        shared.set_policy(policy.shared().unwrap());
+        let after = run(&shared);
+        assert_ne!(after, ours);
+        assert_eq!(
+            after.iter().map(|g| g.ids.clone()).collect::<Vec<_>>(),
+            run(&Sampler::start(policy.merged().unwrap()).unwrap()).iter().map(|g| g.ids.clone()).collect::<Vec<_>>()
+        );
+        // The view holds no variable (nothing it computes keeps a gradient graph alive).
+        let view = policy.shared().unwrap();
+        let (_, _, q) = view.projections()[0];
+        let lora = q.lora.as_ref().expect("q_proj is adapted");
+        assert!(matches!((&lora.a, &lora.b, &q.weight), (Param::Frozen(_), Param::Frozen(_), Param::Frozen(_))));
     }
 
     #[test]
