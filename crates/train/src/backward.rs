@@ -9,7 +9,8 @@ use candle_core::backprop::GradStore;
 use candle_core::{DType, Tensor, TensorId, Var};
 
 use super::error::{TensorContext, TrainError};
-use super::model::{attention, ForwardMode, Qwen3, SharedPrefix};
+use super::model::layer_backward::{tiled_layer_backward, Upstream};
+use super::model::{ForwardMode, Qwen3, SharedPrefix};
 
 /// Adds gradient stores into one gradient slot per trainable variable.
 pub struct GradSink<'a> {
@@ -149,11 +150,15 @@ pub fn backward_into(
         };
         let cache = if leaves.is_some() { Some(&mut slot) } else { None };
         if tiled {
-            let store = tiled_layer_backward(model, l, &input, (offset, t), mode, cache, &g, &mut sink)?;
-            if let (Some(p), Some((k, v))) = (prefix.as_deref_mut(), &leaves) {
-                p.add_grad(l, (k, v), &store.0).ctx("the prefix")?;
+            let from_above = Upstream { output: Some(&g), kv: None };
+            let mut collect = |store: &GradStore| sink.add(store);
+            let (store, grad) =
+                tiled_layer_backward(model, l, &input, (offset, t), mode, cache, from_above, &mut collect)
+                    .ctx("recomputing a layer in tiles")?;
+            if let (Some(p), Some((k, v)), Some(store)) = (prefix.as_deref_mut(), &leaves, &store) {
+                p.add_grad(l, (k, v), store).ctx("the prefix")?;
             }
-            upstream = store.1;
+            upstream = grad;
             continue;
         }
         let y = model.layer_forward(l, input.as_tensor(), offset, mode, cache).ctx("recomputing a layer")?;
@@ -171,53 +176,6 @@ pub fn backward_into(
         sink.add(&surrogate.backward().ctx("the backward pass")?).ctx("accumulating gradients")?;
     }
     Ok(value)
-}
-
-/// One recomputed layer's backward pass with attention in tiles: the layer is cut at the
-/// attention. The part after it (output projection, residual, MLP) runs under autograd
-/// from the attention's output as a leaf; the tiled backward turns that leaf's gradient
-/// into the gradients of the queries, keys and values; the part before it (norm,
-/// projections, RoPE, the cached keys) runs under autograd again with those gradients.
-/// Returns the second part's gradient store (the prefix's keys and values are in it) and
-/// the gradient of the layer's input.
-#[allow(clippy::too_many_arguments)]
-fn tiled_layer_backward(
-    model: &Qwen3,
-    l: usize,
-    input: &Var,
-    (offset, t): (usize, usize),
-    mode: ForwardMode,
-    cache: Option<&mut Option<(Tensor, Tensor)>>,
-    upstream: &Tensor,
-    sink: &mut GradSink,
-) -> Result<(GradStore, Option<Tensor>), TrainError> {
-    let c = "recomputing a layer in tiles";
-    let (q, k, v) = model.attention_inputs(l, input.as_tensor(), offset, mode, cache).ctx(c)?;
-    let attended = model.attend_tiled(&q, &k, &v, t).ctx(c)?;
-    let out = Var::from_tensor(&attended.out).ctx(c)?;
-    let y = model.attention_output(l, input.as_tensor(), out.as_tensor(), mode).ctx(c)?;
-    let after = (y * upstream.detach()).ctx(c)?.sum_all().ctx(c)?.backward().ctx("the backward pass")?;
-    sink.add(&after).ctx("accumulating gradients")?;
-    let residual = after.get(input.as_tensor()).cloned();
-    let d_out = after
-        .get(out.as_tensor())
-        .cloned()
-        .ok_or_else(|| TrainError::Other("the attention's output got no gradient".into()))?;
-    drop(after);
-    let scale = model.attention_scale();
-    let (dq, dk, dv) =
-        attention::backward(&q.detach(), &k.detach(), &v.detach(), &attended, &d_out, t, scale, &model.tiles).ctx(c)?;
-    drop(attended);
-    let surrogate = ((q * dq).ctx(c)?.sum_all().ctx(c)? + (k * dk).ctx(c)?.sum_all().ctx(c)?).ctx(c)?;
-    let surrogate = (surrogate + (v * dv).ctx(c)?.sum_all().ctx(c)?).ctx(c)?;
-    let before = surrogate.backward().ctx("the backward pass")?;
-    sink.add(&before).ctx("accumulating gradients")?;
-    let through = before.get(input.as_tensor()).cloned();
-    let grad = match (residual, through) {
-        (Some(a), Some(b)) => Some((a + b).ctx(c)?),
-        (a, b) => a.or(b),
-    };
-    Ok((before, grad))
 }
 
 /// Sends what `prefix` gathered back through it, adding the gradients into `grads`.
@@ -255,7 +213,7 @@ pub fn hidden_after(
 mod tests {
     use super::*;
     use crate::model::tests::write_random_qwen3;
-    use crate::model::{shared_len, token_logprobs, LoraSettings, TokenBatch, TrainMode, LORA_TARGETS};
+    use crate::model::{shared_len, token_logprobs, TokenBatch, TrainMode};
     use candle_core::Device;
     use rand::{Rng, SeedableRng};
 
@@ -339,12 +297,7 @@ mod tests {
     fn a_shared_prefix_gives_the_gradient_of_the_whole_sequences() {
         let dir = tempfile::tempdir().unwrap();
         write_random_qwen3(dir.path(), 13, false, 21);
-        let lora = TrainMode::Lora(LoraSettings {
-            rank: 2,
-            alpha: 4.0,
-            dropout: 0.0,
-            targets: LORA_TARGETS.iter().map(|s| s.to_string()).collect(),
-        });
+        let lora = crate::model::tests::lora(2);
         let seqs = sequences();
         for mode in [lora, TrainMode::Full] {
             let m = model(&mode, dir.path());
@@ -368,12 +321,7 @@ mod tests {
         use crate::model::attention::Tiles;
         let dir = tempfile::tempdir().unwrap();
         write_random_qwen3(dir.path(), 13, false, 23);
-        let lora = TrainMode::Lora(LoraSettings {
-            rank: 2,
-            alpha: 4.0,
-            dropout: 0.0,
-            targets: LORA_TARGETS.iter().map(|s| s.to_string()).collect(),
-        });
+        let lora = crate::model::tests::lora(2);
         let seqs = sequences();
         for mode in [lora, TrainMode::Full] {
             let (want_loss, want) = whole(&model(&mode, dir.path()), &seqs, false);

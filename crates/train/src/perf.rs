@@ -96,6 +96,29 @@ pub struct SpeedReport {
     pub flops_per_token: f64,
     /// `flops_per_token × tokens_per_sec`, in TFLOP/s.
     pub achieved_tflops: f64,
+    /// Whether the backward pass recomputed each layer.
+    pub recompute: bool,
+    /// `tiles` (attention in tiles where the scores are large) or `whole` (every score at once).
+    pub attention: &'static str,
+    /// The process's peak resident memory (Linux `VmHWM`), model load included; None elsewhere.
+    pub peak_rss_mib: Option<f64>,
+}
+
+/// How a measured step holds its activations.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct MemoryKnobs {
+    /// Recompute each layer in the backward pass (gradient checkpointing).
+    pub recompute: bool,
+    /// Materialise every attention score (the plain path) instead of tiles.
+    pub whole_attention: bool,
+}
+
+/// The peak resident memory of this process in MiB (Linux).
+fn peak_rss_mib() -> Option<f64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    let kib: f64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kib / 1024.0)
 }
 
 /// Model FLOPs per token of one step in `mode`, the way MFU is usually counted: 2 per
@@ -254,6 +277,18 @@ pub fn measure(
     warmup: usize,
     target: &PerfTarget,
 ) -> Result<SpeedReport, TrainError> {
+    measure_with(shape, mode, (batch, seq), (steps, warmup), target, MemoryKnobs::default())
+}
+
+/// [`measure`], with the activations held as `knobs` say.
+pub fn measure_with(
+    shape: PerfShape,
+    mode: PerfMode,
+    (batch, seq): (usize, usize),
+    (steps, warmup): (usize, usize),
+    target: &PerfTarget,
+    knobs: MemoryKnobs,
+) -> Result<SpeedReport, TrainError> {
     use rand::{Rng, SeedableRng};
     let device = target.device.clone();
     let (cfg, rank) = shape.config();
@@ -262,7 +297,10 @@ pub fn measure(
     let params: u64 = tensors.values().map(|t| t.elem_count() as u64).sum();
     let vocab = cfg.vocab_size;
     let flops = flops_per_token(&cfg, seq, mode, false);
-    let model = model_on(&cfg, &tensors, &TrainMode::Lora(lora_settings(rank)), target)?;
+    let mut model = model_on(&cfg, &tensors, &TrainMode::Lora(lora_settings(rank)), target)?;
+    if knobs.whole_attention {
+        model.tiles.materialise_up_to = usize::MAX;
+    }
     // The host copy is not needed once the model holds its own (GBs for the large shapes).
     drop(tensors);
     let trainable: u64 = model.trainable().iter().map(|(_, v)| v.as_tensor().elem_count() as u64).sum();
@@ -283,7 +321,7 @@ pub fn measure(
         minibatches: 1,
         micro_batch: batch,
         grad_clip: 0.0,
-        recompute: false,
+        recompute: knobs.recompute,
         chunk: super::model::DEFAULT_CHUNK,
         importance_cap: 2.0,
         pad: 0,
@@ -317,7 +355,7 @@ pub fn measure(
                     &model,
                     &b.ids,
                     super::model::ForwardMode { train: true, ..Default::default() },
-                    false,
+                    knobs.recompute,
                     &head,
                 )?;
             }
@@ -348,5 +386,8 @@ pub fn measure(
         tokens_per_sec,
         flops_per_token: flops,
         achieved_tflops: flops * tokens_per_sec / 1e12,
+        recompute: knobs.recompute,
+        attention: if knobs.whole_attention { "whole" } else { "tiles" },
+        peak_rss_mib: peak_rss_mib(),
     })
 }

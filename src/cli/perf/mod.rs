@@ -41,6 +41,12 @@ pub enum PerfCommand {
         /// Also write the report as JSON here.
         #[arg(long)]
         json: Option<PathBuf>,
+        /// Recompute each layer in the backward pass (as the GPU presets train).
+        #[arg(long)]
+        recompute: bool,
+        /// Compute every attention score at once instead of in tiles (to compare memory).
+        #[arg(long)]
+        whole_attention: bool,
     },
     /// The interactive UI's rendering: frame time and key-to-frame latency.
     Tui {
@@ -57,12 +63,26 @@ pub enum PerfCommand {
 pub async fn run(cmd: PerfCommand) -> anyhow::Result<u8> {
     match cmd {
         PerfCommand::Model(args) => model::run(args).await,
-        PerfCommand::Train { shape, mode, batch, seq, threads, steps, warmup, device, dtype, json } => {
+        PerfCommand::Train {
+            shape,
+            mode,
+            batch,
+            seq,
+            threads,
+            steps,
+            warmup,
+            device,
+            dtype,
+            json,
+            recompute,
+            whole_attention,
+        } => {
             if let Some(t) = threads {
                 std::env::set_var("RAYON_NUM_THREADS", t.to_string());
             }
             let target = agent_train::perf::PerfTarget::parse(&device, dtype)?;
-            let report = agent_train::perf::measure(shape, mode, batch, seq, steps, warmup, &target)?;
+            let knobs = agent_train::perf::MemoryKnobs { recompute, whole_attention };
+            let report = agent_train::perf::measure_with(shape, mode, (batch, seq), (steps, warmup), &target, knobs)?;
             let text = serde_json::to_string_pretty(&report)?;
             if let Some(path) = json {
                 std::fs::write(&path, &text)?;

@@ -3,6 +3,7 @@
 pub mod attention;
 pub mod config;
 pub mod gguf;
+pub mod layer_backward;
 /// The CPU kernels live in their own crate, compiled with optimisations even in dev builds.
 pub use agent_train_kernels::{frozen, fused};
 pub mod logprobs;

@@ -9,6 +9,7 @@
 use candle_core::backprop::GradStore;
 use candle_core::{Tensor, Var};
 
+use super::layer_backward::{tiled_layer_backward, Upstream};
 use super::lora::ForwardMode;
 use super::qwen3::Qwen3;
 
@@ -63,11 +64,13 @@ impl SharedPrefix {
         let layers = model.layers.len();
         let mut inputs = Vec::with_capacity(layers);
         let mut kv = Vec::with_capacity(layers);
-        let mut x = model.embed(&ids)?.detach();
+        // A frozen view builds no graph (and lets attention run in tiles).
+        let view = model.shared()?;
+        let mut x = view.embed(&ids)?.detach();
         for l in 0..layers {
             inputs.push(x.clone());
             let mut slot = None;
-            x = model.layer_forward(l, &x, 0, mode, Some(&mut slot))?.detach();
+            x = view.layer_forward(l, &x, 0, mode, Some(&mut slot))?.detach();
             let (k, v) = slot.ok_or_else(|| candle_core::Error::Msg("a layer kept no keys".into()))?;
             kv.push((k.detach(), v.detach()));
         }
@@ -131,6 +134,14 @@ impl SharedPrefix {
                 continue;
             }
             let input = Var::from_tensor(&self.inputs[l])?;
+            let p = self.inputs[l].dim(1)?;
+            if model.tiles.tiled(1, model.cfg.num_attention_heads, p, p) {
+                let from_above = Upstream { output: upstream.as_ref(), kv: grad_kv.as_ref() };
+                let (_, grad) =
+                    tiled_layer_backward(model, l, &input, (0, p), self.mode, None, from_above, &mut *collect)?;
+                upstream = grad;
+                continue;
+            }
             let mut slot = None;
             let y = model.layer_forward(l, input.as_tensor(), 0, self.mode, Some(&mut slot))?;
             let mut terms = Vec::new();
