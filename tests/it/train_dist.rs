@@ -134,6 +134,32 @@ fn ranks_with_different_seeds_are_refused_by_the_rendezvous() {
     assert_eq!(ea.trim(), eb.trim(), "the ranks' messages differ");
 }
 
+/// Ranks that would each name their own output folder are refused before anything starts:
+/// a rank started by torchrun or SLURM, or a launcher for several hosts, needs `--out`.
+#[test]
+fn ranks_without_a_shared_out_folder_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut as_rank = Command::new(support::agent_bin());
+    as_rank
+        .args(["train", "--no-progress", "--preset"])
+        .arg(resume_preset())
+        .envs([("RANK", "1"), ("WORLD_SIZE", "2"), ("MASTER_ADDR", "127.0.0.1"), ("MASTER_PORT", "1")])
+        .current_dir(dir.path());
+    let mut multi_node = Command::new(support::agent_bin());
+    multi_node
+        .args(["train", "--no-progress", "--nproc-per-node", "1", "--nnodes", "2", "--node-rank", "1"])
+        .args(["--master-addr", "127.0.0.1", "--preset"])
+        .arg(resume_preset())
+        .current_dir(dir.path());
+    for mut cmd in [as_rank, multi_node] {
+        let o = cmd.output().unwrap();
+        let stderr = String::from_utf8_lossy(&o.stderr);
+        assert!(!o.status.success());
+        assert!(stderr.contains("pass --out DIR (the same on every rank)"), "{stderr}");
+    }
+    assert!(!dir.path().join("runs").exists(), "nothing was written");
+}
+
 /// Acceptance: a worker killed with SIGKILL mid-run ends the run on every rank within
 /// 60 s with an error naming it, no container is left, and `--resume` continues exactly.
 #[tokio::test(flavor = "multi_thread")]

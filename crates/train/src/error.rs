@@ -24,7 +24,7 @@ pub enum TrainError {
         reason: String,
     },
     /// A tensor operation failed (shape mismatch, unsupported dtype, device error).
-    #[error("tensor computation failed while {context}: {source}")]
+    #[error("tensor computation failed while {context}: {}", without_backtrace(source))]
     Tensor {
         /// What the trainer was doing.
         context: String,
@@ -43,6 +43,17 @@ pub enum TrainError {
     /// The preset is not usable.
     #[error(transparent)]
     Preset(#[from] super::preset::PresetError),
+}
+
+/// candle's message without the backtrace it captures when `RUST_BACKTRACE` is set (dozens
+/// of frames that would fill a trajectory's error event and the terminal; `Debug` keeps it).
+fn without_backtrace(e: &candle_core::Error) -> String {
+    match e {
+        candle_core::Error::WithBacktrace { inner, .. } => without_backtrace(inner),
+        candle_core::Error::Context { inner, context } => format!("{context}: {}", without_backtrace(inner)),
+        candle_core::Error::WithPath { inner, path } => format!("{}: {}", path.display(), without_backtrace(inner)),
+        other => other.to_string(),
+    }
 }
 
 impl TrainError {
@@ -72,5 +83,24 @@ impl<T> TensorContext<T> for Result<T, candle_core::Error> {
 impl From<candle_core::Error> for TrainError {
     fn from(source: candle_core::Error) -> Self {
         TrainError::Tensor { context: "a tensor operation".to_string(), source }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_tensor_error_reads_without_candles_backtrace() {
+        let inner = candle_core::Error::Msg("unsupported dtype BF16 for op matmul".into());
+        let with = candle_core::Error::WithBacktrace {
+            inner: Box::new(inner),
+            backtrace: Box::new(std::backtrace::Backtrace::force_capture()),
+        };
+        let text = Err::<(), _>(with).ctx("sampling from the policy").unwrap_err().to_string();
+        assert_eq!(
+            text,
+            "tensor computation failed while sampling from the policy: unsupported dtype BF16 for op matmul"
+        );
     }
 }

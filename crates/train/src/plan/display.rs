@@ -94,6 +94,7 @@ impl MemoryPlan {
         )?;
         row(f, "    of which attention scores", self.attention_bytes)?;
         row(f, &format!("  log-prob chunk ({LOGPROB_CHUNK_TOKENS} tokens, f32 + grad)"), self.logprob_bytes)?;
+        row(f, "  shared prompt's keys and values (+ gradients)", self.prefix_bytes)?;
         row(f, "  reduction and update buffers", self.comm_bytes)?;
         if self.reserve_bytes > 0 {
             row(f, "  CUDA context and slack", self.reserve_bytes)?;

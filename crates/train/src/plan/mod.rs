@@ -25,6 +25,8 @@
 //!   `recompute`, attention whose scores would be large runs in tiles forward and backward, so only a few tiles
 //!   of scores exist at once;
 //! - the chunked log-prob buffer: 1024 tokens × vocab of f32 logits, and their gradient;
+//! - the shared prompt of a mini-batch's sequences (computed once, see `model::prefix`): its keys and values in
+//!   every layer, up to `max_seq_len` positions, and the gradients they gather from the sequences;
 //! - buffers of the gradient reduction (ZeRO 0 over several GPUs: `all_reduce_grads`'s f32 copy, concatenation
 //!   and sum of every gradient; ZeRO 1/2: one bucket of [`BUCKET_ELEMS`]) and of the in-place AdamW update
 //!   (about eight f32 slices of [`UPDATE_SLICE`] elements);
@@ -113,6 +115,8 @@ pub struct MemoryPlan {
     pub attention_bytes: u64,
     /// The chunked log-prob buffer.
     pub logprob_bytes: u64,
+    /// A shared prompt's keys and values, and their gradients, at most `max_seq_len` long.
+    pub prefix_bytes: u64,
     /// Buffers of the gradient reduction and the in-place update.
     pub comm_bytes: u64,
     /// CUDA context and slack (0 on CPU).
@@ -273,6 +277,9 @@ impl MemoryPlan {
             activation_bytes(shape, preset.dtype, micro_batch, seq, preset.recompute);
         // Logits and their gradient, both f32 whatever the weights, for one chunk.
         let logprob_bytes = 2 * LOGPROB_CHUNK_TOKENS * shape.vocab_size as u64 * 4;
+        let kv_bytes_per_rollout =
+            2 * shape.num_hidden_layers as u64 * (shape.num_key_value_heads * shape.head_dim) as u64 * seq * dt;
+        let prefix_bytes = 2 * kv_bytes_per_rollout;
         let bucket = (BUCKET_ELEMS as u64).min(shard_params * world);
         let (reduce, update_unit) = match zero {
             0 if world > 1 => (trainable_params * (8 + if dt == 4 { 0 } else { 4 }), largest_var),
@@ -290,12 +297,11 @@ impl MemoryPlan {
             + reference_bytes
             + activation_bytes
             + logprob_bytes
+            + prefix_bytes
             + comm_bytes
             + reserve_bytes;
 
         let rollouts_in_flight = (preset.rollout.concurrency as u64).min(rollouts_per_step);
-        let kv_bytes_per_rollout =
-            2 * shape.num_hidden_layers as u64 * (shape.num_key_value_heads * shape.head_dim) as u64 * seq * dt;
         let (rollout_weight_bytes, in_flight_per_gpu) = match preset.rollout.engine {
             // A view of the trainer's weights, adapters unmerged: nothing of its own.
             RolloutEngine::Candle => (0, rollouts_in_flight.div_ceil(world.max(1))),
@@ -344,6 +350,7 @@ impl MemoryPlan {
             activation_bytes,
             attention_bytes,
             logprob_bytes,
+            prefix_bytes,
             comm_bytes,
             reserve_bytes,
             trainer_bytes,
