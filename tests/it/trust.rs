@@ -313,8 +313,18 @@ fn the_ui_asks_before_anything_of_an_untrusted_repository_runs_or_is_sent() {
     // 1. The dialog, before anything: then "open without".
     tmux.keys(&["clear", "Enter"]);
     tmux.keys(&[&line, "Enter"]);
-    let screen = tmux.wait_text("Do you trust the project", Duration::from_secs(60));
-    for part in ["MY_CLOUD_SECRET", "pwned.txt", "127.0.0.1", "Open it without the project's settings"] {
+    // The screen is read whole once the dialog's last line is drawn (a capture taken while it
+    // is being drawn stops mid-line).
+    let parts = [
+        "Do you trust the project",
+        "MY_CLOUD_SECRET",
+        "pwned.txt",
+        "127.0.0.1",
+        "Open it without the project's settings",
+    ];
+    let screen =
+        tmux.wait_for("the whole trust dialog", Duration::from_secs(60), |s| parts.iter().all(|p| s.contains(p)));
+    for part in parts {
         assert!(screen.contains(part), "{part} is not on the dialog:\n{screen}");
     }
     std::thread::sleep(Duration::from_secs(1));
@@ -349,8 +359,11 @@ fn the_ui_asks_before_anything_of_an_untrusted_repository_runs_or_is_sent() {
     set_hook(&work, &format!("touch {}", marker2.display()));
     tmux.keys(&["clear", "Enter"]);
     tmux.keys(&[&line, "Enter"]);
-    let screen = tmux.wait_text("changed since you trusted it", Duration::from_secs(60));
-    assert!(screen.contains(&format!("+ hook on SessionStart: runs `touch {}", marker2.display())), "{screen}");
+    let change = format!("+ hook on SessionStart: runs `touch {}", marker2.display());
+    let screen = tmux.wait_for("the dialog with the change", Duration::from_secs(60), |s| {
+        s.contains("changed since you trusted it") && s.contains(&change)
+    });
+    assert!(screen.contains(&change), "{screen}");
     tmux.keys(&["Escape"]);
     tmux.wait_text("closed without opening the project", Duration::from_secs(30));
     assert!(!marker2.exists());
