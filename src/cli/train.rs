@@ -180,7 +180,7 @@ pub async fn run(args: TrainArgs, config: Config) -> anyhow::Result<u8> {
     let out = match &args.out {
         Some(o) => o.clone(),
         // Each process would name its own folder (its own clock); ranks must write into one.
-        None if env.is_some() || args.launch.nnodes > 1 => anyhow::bail!(
+        None if env.as_ref().is_some_and(|w| w.world_size > 1) || args.launch.nnodes > 1 => anyhow::bail!(
             "ranks of one run must write into one folder that every host shares: pass --out DIR (the same on every \
              rank)"
         ),
@@ -338,7 +338,7 @@ impl Training {
 /// binary with this preset, seed and output folder), and fills in from the rendezvous's
 /// host list the local rank the environment left out; on CUDA tensors then go over NCCL.
 async fn join_world(env: &mut WorldEnv, preset: &Preset, out: &std::path::Path) -> anyhow::Result<Arc<dyn Collective>> {
-    if preset.hardware.device == agent_train::preset::Device::Cuda && !cfg!(feature = "nccl") {
+    if preset.hardware.device == agent_train::preset::Device::Cuda && env.world_size > 1 && !cfg!(feature = "nccl") {
         anyhow::bail!(
             "this build of agent has no NCCL, and CUDA ranks would send every gradient through host memory over \
              TCP: rebuild with `cargo build --release --features nccl` to train on several GPUs"
