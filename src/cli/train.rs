@@ -50,6 +50,10 @@ pub struct TrainArgs {
     /// base with the adapter set after each update) (overrides the preset's).
     #[arg(long, value_parser = ["candle", "mistralrs", "mistral.rs", "llamacpp"])]
     pub engine: Option<String>,
+    /// ZeRO stage (overrides optim.zero): 0 replicated, 1 optimiser state sharded, 2 and
+    /// gradients, 3 and weights (full updates).
+    #[arg(long, value_name = "0-3")]
+    pub zero: Option<u8>,
     /// Continue from the newest complete checkpoint in --out.
     #[arg(long)]
     pub resume: bool,
@@ -102,6 +106,12 @@ pub async fn run(args: TrainArgs, config: Config) -> anyhow::Result<u8> {
     }
     if let Some(steps) = args.steps {
         preset.grpo.steps = steps;
+    }
+    if let Some(zero) = args.zero {
+        preset.optim.zero = Some(zero);
+        if zero != 3 {
+            preset.optim.offload = false;
+        }
     }
     if let Some(seed) = args.seed {
         preset.seed = seed;

@@ -54,7 +54,7 @@ pub fn backward(
     ids: &Tensor,
     mode: ForwardMode,
     recompute: bool,
-    head: &dyn Fn(&Tensor) -> candle_core::Result<Tensor>,
+    head: &dyn Fn(&Qwen3, &Tensor) -> candle_core::Result<Tensor>,
 ) -> Result<(f64, Vec<Option<Tensor>>), TrainError> {
     let mut grads: Vec<Option<Tensor>> = vec![None; model.trainable().len()];
     let value = backward_into(model, ids, mode, recompute, head, &mut grads, None)?;
@@ -71,7 +71,7 @@ pub fn backward_into(
     ids: &Tensor,
     mode: ForwardMode,
     recompute: bool,
-    head: &dyn Fn(&Tensor) -> candle_core::Result<Tensor>,
+    head: &dyn Fn(&Qwen3, &Tensor) -> candle_core::Result<Tensor>,
     grads: &mut [Option<Tensor>],
     mut prefix: Option<&mut SharedPrefix>,
 ) -> Result<f64, TrainError> {
@@ -96,7 +96,7 @@ pub fn backward_into(
             x = model.layer_forward(l, &x, offset, mode, cache).ctx("the forward pass")?;
         }
         let hidden = model.final_norm(&x).ctx("the final norm")?;
-        let loss = head(&hidden).ctx("the loss")?;
+        let loss = head(model, &hidden).ctx("the loss")?;
         let value = scalar(&loss)?;
         let store = loss.backward().ctx("the backward pass")?;
         sink.add(&store).ctx("accumulating gradients")?;
@@ -130,7 +130,7 @@ pub fn backward_into(
     drop(view);
     let top = Var::from_tensor(&x).ctx("recomputation")?;
     let hidden = model.final_norm(top.as_tensor()).ctx("the final norm")?;
-    let loss = head(&hidden).ctx("the loss")?;
+    let loss = head(model, &hidden).ctx("the loss")?;
     let value = scalar(&loss)?;
     let store = loss.backward().ctx("the backward pass")?;
     sink.add(&store).ctx("accumulating gradients")?;
@@ -258,7 +258,7 @@ mod tests {
     fn whole(m: &Qwen3, seqs: &[(Vec<u32>, Vec<u8>)], recompute: bool) -> (f64, Vec<f32>) {
         let refs: Vec<(&[u32], &[u8])> = seqs.iter().map(|(i, m)| (i.as_slice(), m.as_slice())).collect();
         let batch = TokenBatch::new(&refs, 0, &Device::Cpu).unwrap();
-        let head = |h: &Tensor| token_logprobs(m, h, &batch, 5)?.0.sum_all()?.neg();
+        let head = |m: &Qwen3, h: &Tensor| token_logprobs(m, h, &batch, 5)?.0.sum_all()?.neg();
         let (loss, grads) = backward(m, &batch.ids, ForwardMode::default(), recompute, &head).unwrap();
         (loss, flat(&grads))
     }
@@ -274,7 +274,7 @@ mod tests {
         for group in refs.chunks(micro) {
             let rest: Vec<(&[u32], &[u8])> = group.iter().map(|(ids, mask)| (&ids[p..], &mask[p..])).collect();
             let batch = TokenBatch::new(&rest, 0, &Device::Cpu).unwrap();
-            let head = |h: &Tensor| token_logprobs(m, h, &batch, 5)?.0.sum_all()?.neg();
+            let head = |m: &Qwen3, h: &Tensor| token_logprobs(m, h, &batch, 5)?.0.sum_all()?.neg();
             loss +=
                 backward_into(m, &batch.ids, ForwardMode::default(), recompute, &head, &mut grads, Some(&mut prefix))
                     .unwrap();

@@ -316,8 +316,8 @@ fn one_step(
     let seqs: Vec<(&[u32], &[u8])> = samples.iter().map(|s| (s.tokens.as_slice(), s.mask.as_slice())).collect();
     let batch = TokenBatch::new(&seqs, 0, device).ctx("building a batch")?;
     let n = batch.len() as f64;
-    let head = |hidden: &Tensor| -> candle_core::Result<Tensor> {
-        let (logp, _) = super::model::token_logprobs(&model, hidden, &batch, super::model::DEFAULT_CHUNK)?;
+    let head = |model: &Qwen3, hidden: &Tensor| -> candle_core::Result<Tensor> {
+        let (logp, _) = super::model::token_logprobs(model, hidden, &batch, super::model::DEFAULT_CHUNK)?;
         logp.to_dtype(DType::F64)?.sum_all()?.neg()? / n
     };
     let (loss, grads) = backward(&model, &batch.ids, ForwardMode { train: true, ..Default::default() }, false, &head)?;

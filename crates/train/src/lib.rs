@@ -35,6 +35,7 @@ mod step;
 mod toy_sim;
 pub mod update;
 pub mod warm_start;
+pub mod zero3;
 
 pub use error::TrainError;
 #[cfg(feature = "engines")]

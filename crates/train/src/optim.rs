@@ -16,6 +16,8 @@ use candle_core::{DType, Tensor, Var};
 
 use super::dist::zero::{self, Shards, ZeroStage};
 use super::dist::{all_reduce_grads, Collective};
+use super::zero3::Zero3;
+use std::sync::Arc;
 use super::error::{TensorContext, TrainError};
 
 /// Elements of a variable updated at once (64 MiB of f32 per temporary).
@@ -57,6 +59,8 @@ enum State {
     Replicated { m: Vec<Tensor>, v: Vec<Tensor>, master: Vec<Option<Tensor>> },
     /// This rank's chunks only.
     Sharded(Box<Shards>),
+    /// ZeRO-3: the state lives with the parameter shards.
+    Zero3(Arc<Zero3>),
 }
 
 /// Whether weights of this dtype get an f32 master copy.
@@ -173,6 +177,21 @@ impl AdamW {
         }
     }
 
+    /// The optimiser of a sharded model (ZeRO-3): its state is the shards' own. It has no
+    /// variables of its own (the passes reduce the gradients into the shards).
+    pub fn zero3(shards: Arc<Zero3>, settings: AdamWSettings) -> Self {
+        AdamW { vars: Vec::new(), state: State::Zero3(shards), step: 0, settings, slice: UPDATE_SLICE }
+    }
+
+    /// Moves a ZeRO-3 optimiser's state to host memory (true) or back (false); nothing for
+    /// the others (their state is not idle long enough to pay for the copies).
+    pub fn park(&self, on_host: bool) -> Result<(), TrainError> {
+        match &self.state {
+            State::Zero3(z) => z.park(on_host),
+            _ => Ok(()),
+        }
+    }
+
     /// The variables, in order.
     pub fn vars(&self) -> &[(String, Var)] {
         &self.vars
@@ -183,6 +202,7 @@ impl AdamW {
         match &self.state {
             State::Replicated { .. } => 0,
             State::Sharded(s) => s.stage().level(),
+            State::Zero3(_) => 3,
         }
     }
 
@@ -202,6 +222,10 @@ impl AdamW {
                 grads.len(),
                 self.vars.len()
             )));
+        }
+        if let State::Zero3(z) = &self.state {
+            self.step += 1;
+            return z.step(world, max_norm, self.settings, self.step, self.slice);
         }
         if let State::Sharded(shards) = &mut self.state {
             self.step += 1;
@@ -287,6 +311,7 @@ impl AdamW {
                 out
             }
             State::Sharded(s) => s.state_tensors(&self.vars),
+            State::Zero3(z) => z.state_tensors(),
         }
     }
 
@@ -295,8 +320,14 @@ impl AdamW {
     /// a replicated bf16 state saved without master weights takes them from the variables.
     /// The tensors' storage becomes the optimiser's (it is updated in place afterwards).
     pub fn load_state(&mut self, tensors: &HashMap<String, Tensor>, step: u64) -> Result<(), String> {
+        if tensors.contains_key(crate::zero3::LAYOUT_KEY) && !matches!(self.state, State::Zero3(_)) {
+            return Err("this optimiser state was saved with optim.zero 3 (parameter sharding): resume with \
+                        optim.zero 3 and the same number of processes"
+                .into());
+        }
         match &mut self.state {
             State::Sharded(s) => s.load_state(&self.vars, tensors)?,
+            State::Zero3(z) => z.load_state(tensors)?,
             State::Replicated { m, v, master } => {
                 if let Some(layout) = tensors.get(zero::LAYOUT_KEY) {
                     let (rank, world) = zero::read_layout(layout)?;
@@ -336,6 +367,7 @@ impl AdamW {
         match &self.state {
             State::Replicated { .. } => REPLICATED_STATE_FILE.to_string(),
             State::Sharded(s) => s.file_name(),
+            State::Zero3(z) => z.file_name(),
         }
     }
 }

@@ -347,8 +347,8 @@ pub fn measure_with(
                     samples.iter().map(|s| (s.tokens.as_slice(), s.mask.as_slice())).collect();
                 let b = super::model::TokenBatch::new(&seqs, 0, &device).ctx("building a batch")?;
                 let n = b.len() as f64;
-                let head = |hidden: &Tensor| -> candle_core::Result<Tensor> {
-                    let (logp, _) = super::model::token_logprobs(&model, hidden, &b, settings.chunk)?;
+                let head = |model: &Qwen3, hidden: &Tensor| -> candle_core::Result<Tensor> {
+                    let (logp, _) = super::model::token_logprobs(model, hidden, &b, settings.chunk)?;
                     logp.sum_all()?.neg()? / n
                 };
                 backward(

@@ -29,6 +29,7 @@ use super::setup;
 use super::step::StepLoop;
 use super::update::{Reference, Sample};
 use super::warm_start;
+use super::zero3::Zero3;
 use agent_bench::judge::{Judge, JudgeOptions, RewardWeights};
 use agent_core::config::Config;
 
@@ -147,18 +148,38 @@ pub async fn train(
     let renderer = setup::load_renderer(&start_dir)?;
     let im_end = setup::token_id(&tokenizer, "<|im_end|>", &start_dir)?;
     let mode = train_mode(preset);
-    let policy = Qwen3::load(&start_dir, &mode, dtype, &device, preset.seed)?;
+    // With parameter sharding each rank reads the whole model into host memory and keeps
+    // its shards on the device.
+    let sharded = preset.zero_stage() == 3;
+    let load_on = if sharded { candle_core::Device::Cpu } else { device.clone() };
+    let shard = |m: Qwen3, trainable: bool| -> Result<Qwen3, TrainError> {
+        if sharded {
+            blocking(|| Zero3::shard(&m, world, &device, trainable))
+        } else {
+            Ok(m)
+        }
+    };
+    let policy = shard(Qwen3::load(&start_dir, &mode, dtype, &load_on, preset.seed)?, true)?;
     // A full update's reference is loaded on its own: `merged()` shares storage with the
     // trainable weights, which the optimiser updates in place.
     let reference = match (&mode, preset.grpo.kl_coef > 0.0) {
-        (TrainMode::Full, true) => Some(
-            Qwen3::load(&start_dir, &TrainMode::Full, dtype, &device, preset.seed)?
+        (TrainMode::Full, true) => Some(shard(
+            Qwen3::load(&start_dir, &TrainMode::Full, dtype, &load_on, preset.seed)?
                 .merged()
                 .ctx("loading the reference policy")?,
-        ),
+            false,
+        )?),
         _ => None,
     };
-    let mut opt = setup::optimizer(preset, policy.trainable(), world)?;
+    let mut opt = match &policy.zero3 {
+        Some(z) => {
+            if preset.optim.offload {
+                z.offload()?;
+            }
+            AdamW::zero3(z.clone(), setup::adam_settings(preset))
+        }
+        None => setup::optimizer(preset, policy.trainable(), world)?,
+    };
     let checkpoints = Checkpoints::new(out.join("checkpoints"), preset.checkpoint.keep);
     let mut state =
         CheckpointState { step: 0, optimizer_step: 0, seed: preset.seed, tasks_drawn: 0, eval_before: None };
@@ -227,7 +248,15 @@ pub async fn train(
             ));
             Arc::new(engine)
         }
-        _ => Arc::new(Sampler::start(policy.shared().ctx("viewing the policy")?)?),
+        _ => {
+            // A sharded policy is gathered whole for the sampler (its optimiser state waits in host memory).
+            opt.park(true)?;
+            let view = match &policy.zero3 {
+                Some(z) => blocking(|| z.gather_all(&policy, world, &device))?,
+                None => policy.shared().ctx("viewing the policy")?,
+            };
+            Arc::new(Sampler::start(view)?)
+        }
     };
     let sampling = PolicySampling {
         temperature: preset.grpo.temperature,
@@ -343,8 +372,12 @@ pub async fn train(
         before_se: standard_error(before, n),
         after_se: standard_error(after, n),
     };
+    let whole = match &policy.zero3 {
+        Some(z) => Some(blocking(|| z.gather_all(&policy, world, &candle_core::Device::Cpu))?),
+        None => None,
+    };
     if lead {
-        export_final(&policy, &mode, &start_dir, out)?;
+        export_final(whole.as_ref().unwrap_or(&policy), &mode, &start_dir, out)?;
         let json = serde_json::to_vec_pretty(&report).map_err(|e| TrainError::Other(e.to_string()))?;
         write_atomic(&out.join("eval.json"), &json)?;
     }
@@ -503,6 +536,12 @@ pub(crate) fn save_checkpoint(
     state: &CheckpointState,
     world: &dyn Collective,
 ) -> Result<(), TrainError> {
+    // A sharded policy is gathered whole (into host memory) on every rank; rank 0 writes it.
+    let whole = match &policy.zero3 {
+        Some(z) => Some(blocking(|| z.gather_all(policy, world, &candle_core::Device::Cpu))?),
+        None => None,
+    };
+    let policy = whole.as_ref().unwrap_or(policy);
     let staging = checkpoints.staging_dir(state.step);
     let file = opt.state_file_name();
     // With ZeRO each rank holds its own part of the optimiser state.
@@ -539,7 +578,15 @@ fn load_checkpoint(
 ) -> Result<(), TrainError> {
     match mode {
         TrainMode::Lora(_) => peft::load_adapter_into(policy, &dir.join("adapter"))?,
-        TrainMode::Full => peft::load_full_weights_into(policy, &dir.join("model"))?,
+        TrainMode::Full => match &policy.zero3 {
+            Some(z) => {
+                let path = dir.join("model").join("model.safetensors");
+                let tensors = candle_core::safetensors::load(&path, &candle_core::Device::Cpu)
+                    .map_err(|e| TrainError::bad_file(&path, format!("cannot read safetensors: {e}")))?;
+                z.load_weights(&tensors).map_err(|e| TrainError::bad_file(&path, e))?
+            }
+            None => peft::load_full_weights_into(policy, &dir.join("model"))?,
+        },
     }
     let path = dir.join(opt.state_file_name());
     if !path.is_file() {

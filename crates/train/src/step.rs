@@ -98,6 +98,11 @@ impl StepLoop<'_> {
 
     /// Update: the clipped policy-gradient steps, then the sampler takes the new weights.
     async fn update(&mut self, step: u64, samples: &[Sample]) -> Result<UpdateStats, TrainError> {
+        if self.policy.zero3.is_some() {
+            // The sampler's whole copy goes before the update, and AdamW's state comes back from host memory.
+            self.sampler.load_policy(self.policy).await?;
+            self.opt.park(false)?;
+        }
         let stats = if samples.is_empty() {
             UpdateStats::default()
         } else {
@@ -115,7 +120,15 @@ impl StepLoop<'_> {
             })?
         };
         let syncing = Instant::now();
-        self.sampler.load_policy(self.policy).await?;
+        match &self.policy.zero3 {
+            Some(z) => {
+                self.opt.park(true)?;
+                let (world, device) = (self.world, self.policy.device().clone());
+                let whole = blocking(|| z.gather_all(self.policy, world, &device))?;
+                self.sampler.load_policy(&whole).await?;
+            }
+            None => self.sampler.load_policy(self.policy).await?,
+        }
         self.sync_secs = syncing.elapsed().as_secs_f64();
         Ok(stats)
     }

@@ -14,6 +14,7 @@ use super::error::{TensorContext, TrainError};
 use super::grpo::{ppo_loss, LossInputs, LossSums, PpoSettings};
 use super::model::{shared_len, token_logprobs, ForwardMode, Qwen3, SharedPrefix, TokenBatch};
 use super::optim::AdamW;
+use super::zero3::pass;
 
 /// One training sequence: a rollout's tokens with its loss mask and advantage.
 #[derive(Debug, Clone, PartialEq)]
@@ -109,15 +110,30 @@ pub fn sample_logprobs(
     world: &dyn Collective,
 ) -> Result<Vec<Vec<f32>>, TrainError> {
     let all: Vec<(&[u32], &[u8])> = samples.iter().map(|s| (s.tokens.as_slice(), s.mask.as_slice())).collect();
-    let prefix = shared_prefix(model, &all, mode)?;
+    let sharded = model.zero3.is_some();
+    // A sharded model's passes are collectives: no per-rank shared prompt, and phantom
+    // passes where a rank has fewer micro-batches than another.
+    let prefix = if sharded { None } else { shared_prefix(model, &all, mode)? };
     let p = prefix.as_ref().map_or(0, SharedPrefix::len);
     let order: Vec<usize> = (0..all.len()).collect();
     let mut mine: Vec<(usize, Vec<f32>)> = Vec::new();
-    for (_, indices) in rank_micro_batches(&order, micro_batch, world.rank(), world.world_size()) {
+    let micro: Vec<&[usize]> =
+        rank_micro_batches(&order, micro_batch, world.rank(), world.world_size()).map(|(_, m)| m).collect();
+    let rounds = if sharded { pass::rounds(order.len().div_ceil(micro_batch.max(1)), world.world_size()) } else { 0 };
+    for k in 0..micro.len().max(rounds) {
+        let Some(indices) = micro.get(k) else {
+            pass::token_logprobs_sharded(model, None, mode, chunk, world)?;
+            continue;
+        };
         let group: Vec<(&[u32], &[u8])> = indices.iter().map(|&i| all[i]).collect();
         let batch = TokenBatch::new(&after(&group, p), pad, model.device()).ctx("building a batch")?;
-        let hidden = hidden_after(model, &batch.ids, mode, prefix.as_ref()).ctx("scoring tokens")?;
-        let (logp, _) = token_logprobs(model, &hidden, &batch, chunk).ctx("scoring tokens")?;
+        let logp = if sharded {
+            pass::token_logprobs_sharded(model, Some(&batch), mode, chunk, world)?
+                .ok_or_else(|| TrainError::Other("a sharded pass scored nothing".into()))?
+        } else {
+            let hidden = hidden_after(model, &batch.ids, mode, prefix.as_ref()).ctx("scoring tokens")?;
+            token_logprobs(model, &hidden, &batch, chunk).ctx("scoring tokens")?.0
+        };
         // An f64 model (the parity checks' reference) scores in f64; samples keep f32.
         let logp = logp.detach().to_dtype(DType::F32).and_then(|t| t.to_vec1::<f32>()).ctx("scoring tokens")?;
         let mut per = vec![Vec::new(); group.len()];
@@ -243,6 +259,7 @@ pub fn grpo_update(
     let mut totals = LossSums::default();
     let mut entropy_sum = 0.0;
     let n_vars = opt.vars().len();
+    let sharded = policy.zero3.is_some();
     for epoch in 0..settings.epochs.max(1) {
         let mut order: Vec<usize> = (0..samples.len()).collect();
         order.shuffle(&mut rng);
@@ -260,14 +277,21 @@ pub fn grpo_update(
                 })
                 .collect();
             let prefix_mode = ForwardMode { train: true, dropout_seed: mb_seed ^ 0xF_FFFF, adapters_off: false };
-            let mut prefix = shared_prefix(policy, &mine, prefix_mode)?;
+            let mut prefix = if sharded { None } else { shared_prefix(policy, &mine, prefix_mode)? };
             let p = prefix.as_ref().map_or(0, SharedPrefix::len);
             stats.phases.shared_tokens += (p * mine.len().saturating_sub(1)) as u64;
-            for (_, micro) in rank_micro_batches(mb, settings.micro_batch, rank, size) {
+            let micros: Vec<&[usize]> =
+                rank_micro_batches(mb, settings.micro_batch, rank, size).map(|(_, m)| m).collect();
+            let rounds = if sharded { pass::rounds(mb.len().div_ceil(settings.micro_batch.max(1)), size) } else { 0 };
+            for k in 0..micros.len().max(rounds) {
+                let Some(micro) = micros.get(k).copied() else {
+                    pass::backward_sharded(policy, None, ForwardMode::default(), &|_, h| Ok(h.clone()), world)?;
+                    continue;
+                };
                 let mode = ForwardMode { train: true, dropout_seed: mb_seed ^ micro[0] as u64, adapters_off: false };
                 let inputs = MicroInputs { old: &old, refs: refs.as_deref(), norm, mode };
                 let (value, sums, ent) =
-                    micro_grads(policy, samples, micro, &inputs, settings, &mut grads, prefix.as_mut())?;
+                    micro_grads(policy, samples, micro, &inputs, settings, &mut grads, prefix.as_mut(), world)?;
                 loss_value += value;
                 entropy_sum += ent;
                 totals.pg += sums.pg;
@@ -340,6 +364,7 @@ struct MicroInputs<'a> {
 
 /// One micro-batch's forward and backward pass, its gradients added into `grads`; with
 /// `prefix`, the sequences' tokens after it, its keys' and values' gradients added into it.
+#[allow(clippy::too_many_arguments)]
 fn micro_grads(
     policy: &Qwen3,
     samples: &[Sample],
@@ -348,6 +373,7 @@ fn micro_grads(
     settings: &UpdateSettings,
     grads: &mut [Option<Tensor>],
     prefix: Option<&mut SharedPrefix>,
+    world: &dyn Collective,
 ) -> Result<MicroResult, TrainError> {
     let MicroInputs { old, refs, norm, mode } = *inputs;
     let device = policy.device().clone();
@@ -375,8 +401,8 @@ fn micro_grads(
         None
     };
     let sums = std::cell::RefCell::new((LossSums::default(), 0.0f64));
-    let head = |hidden: &Tensor| -> candle_core::Result<Tensor> {
-        let (logp, entropy) = token_logprobs(policy, hidden, &batch, settings.chunk)?;
+    let head = |model: &Qwen3, hidden: &Tensor| -> candle_core::Result<Tensor> {
+        let (logp, entropy) = token_logprobs(model, hidden, &batch, settings.chunk)?;
         // The loss is computed in f32 (its inputs are); an f64 model's gradient still
         // flows back through the conversion in f64.
         let logp = logp.to_dtype(DType::F32)?;
@@ -391,7 +417,11 @@ fn micro_grads(
         *sums.borrow_mut() = (s, entropy.iter().map(|&e| f64::from(e)).sum());
         Ok(loss)
     };
-    let value = backward_into(policy, &batch.ids, mode, settings.recompute, &head, grads, prefix)?;
+    let value = if policy.zero3.is_some() {
+        pass::backward_sharded(policy, Some(&batch.ids), mode, &head, world)?
+    } else {
+        backward_into(policy, &batch.ids, mode, settings.recompute, &head, grads, prefix)?
+    };
     let (s, ent) = sums.into_inner();
     Ok((value, s, ent))
 }
@@ -414,17 +444,28 @@ pub fn sft_step(
         .flat_map(|(_, micro)| micro.iter().map(|s| (s.tokens.as_slice(), s.mask.as_slice())))
         .collect();
     let prefix_mode = ForwardMode { train: true, dropout_seed: seed ^ 0xF_FFFF, adapters_off: false };
-    let mut prefix = shared_prefix(model, &mine, prefix_mode)?;
+    let sharded = model.zero3.is_some();
+    let mut prefix = if sharded { None } else { shared_prefix(model, &mine, prefix_mode)? };
     let p = prefix.as_ref().map_or(0, SharedPrefix::len);
-    for (k, micro) in rank_micro_batches(samples, settings.micro_batch, rank, size) {
+    let micros: Vec<(usize, &[&Sample])> = rank_micro_batches(samples, settings.micro_batch, rank, size).collect();
+    let rounds = if sharded { pass::rounds(samples.len().div_ceil(settings.micro_batch.max(1)), size) } else { 0 };
+    for j in 0..micros.len().max(rounds) {
+        let Some(&(k, micro)) = micros.get(j) else {
+            pass::backward_sharded(model, None, ForwardMode::default(), &|_, h| Ok(h.clone()), world)?;
+            continue;
+        };
         let seqs: Vec<(&[u32], &[u8])> = micro.iter().map(|s| (s.tokens.as_slice(), s.mask.as_slice())).collect();
         let batch = TokenBatch::new(&after(&seqs, p), settings.pad, model.device()).ctx("building a batch")?;
-        let head = |hidden: &Tensor| -> candle_core::Result<Tensor> {
+        let head = |model: &Qwen3, hidden: &Tensor| -> candle_core::Result<Tensor> {
             let (logp, _) = token_logprobs(model, hidden, &batch, settings.chunk)?;
             logp.sum_all()?.neg()? / norm
         };
         let mode = ForwardMode { train: true, dropout_seed: seed ^ k as u64, adapters_off: false };
-        total += backward_into(model, &batch.ids, mode, settings.recompute, &head, &mut grads, prefix.as_mut())?;
+        total += if sharded {
+            pass::backward_sharded(model, Some(&batch.ids), mode, &head, world)?
+        } else {
+            backward_into(model, &batch.ids, mode, settings.recompute, &head, &mut grads, prefix.as_mut())?
+        };
     }
     if let Some(p) = prefix.as_mut() {
         prefix_backward(model, p, &mut grads)?;

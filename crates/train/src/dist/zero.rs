@@ -424,7 +424,7 @@ pub(crate) fn read_layout(t: &Tensor) -> Result<(usize, usize), String> {
 }
 
 /// The f64 sum over the ranks (in rank order, so every rank gets the same bits).
-fn sum_over_ranks(world: &dyn Collective, x: f64) -> Result<f64, TrainError> {
+pub(crate) fn sum_over_ranks(world: &dyn Collective, x: f64) -> Result<f64, TrainError> {
     let mut sum = 0.0;
     for b in world.all_gather_bytes(&x.to_le_bytes())? {
         let bytes: [u8; 8] =
@@ -457,7 +457,7 @@ fn own_master(var: &Var, rank: usize, chunk: usize) -> Result<Tensor, TrainError
 }
 
 /// A copy of `t` in storage of its own size (a narrow view keeps its whole parent alive).
-fn compact(t: &Tensor) -> Result<Tensor, TrainError> {
+pub(crate) fn compact(t: &Tensor) -> Result<Tensor, TrainError> {
     let out = Tensor::zeros(t.shape(), t.dtype(), t.device()).ctx("copying a shard")?;
     out.slice_set(&t.contiguous().ctx("copying a shard")?, 0, 0).ctx("copying a shard")?;
     Ok(out)

@@ -5,6 +5,7 @@
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use candle_core::{DType, Device, Tensor, Var, D};
 
@@ -12,6 +13,7 @@ use super::attention::{self, Attended, Tiles};
 use super::config::Qwen3Config;
 use super::lora::{ForwardMode, Linear, Lora, LoraSettings, Param};
 use crate::error::{TensorContext, TrainError};
+use crate::zero3::Zero3;
 
 type CResult<T> = candle_core::Result<T>;
 
@@ -98,6 +100,10 @@ pub struct Qwen3 {
     device: Device,
     /// When attention is computed in tiles, and their sizes.
     pub tiles: Tiles,
+    /// With parameter sharding (ZeRO-3), the shards: this model's weights are then empty
+    /// placeholders, and the passes of [`crate::zero3`] gather a unit's weights into a copy
+    /// of it while they are used.
+    pub zero3: Option<Arc<Zero3>>,
 }
 
 impl Qwen3 {
@@ -200,7 +206,17 @@ impl Qwen3 {
             dtype,
             device: device.clone(),
             tiles: Tiles::default(),
+            zero3: None,
         })
+    }
+
+    /// This model with its RoPE tables on `device` (the weights stay where they are: for a
+    /// sharded model's skeleton, whose weights are placeholders).
+    pub fn tables_on(mut self, device: &Device) -> CResult<Qwen3> {
+        self.cos = self.cos.to_device(device)?;
+        self.sin = self.sin.to_device(device)?;
+        self.device = device.clone();
+        Ok(self)
     }
 
     /// The compute dtype.
@@ -458,6 +474,7 @@ impl Qwen3 {
             dtype: self.dtype,
             device: self.device.clone(),
             tiles: self.tiles,
+            zero3: self.zero3.clone(),
         })
     }
 
@@ -512,6 +529,56 @@ impl Qwen3 {
         out.push(("model.norm.weight".to_string(), &self.norm));
         if let Some(h) = &self.lm_head {
             out.push(("lm_head.weight".to_string(), h));
+        }
+        out
+    }
+
+    /// [`Qwen3::named_weights`], mutable (the same names in the same order).
+    fn named_weights_mut(&mut self) -> Vec<(String, &mut Param)> {
+        let mut out = vec![("model.embed_tokens.weight".to_string(), &mut self.embed)];
+        for (i, l) in self.layers.iter_mut().enumerate() {
+            let p = format!("model.layers.{i}");
+            let (attn, mlp) = (&mut l.attn, &mut l.mlp);
+            out.extend([
+                (format!("{p}.input_layernorm.weight"), &mut l.input_norm),
+                (format!("{p}.self_attn.q_proj.weight"), &mut attn.q_proj.weight),
+                (format!("{p}.self_attn.k_proj.weight"), &mut attn.k_proj.weight),
+                (format!("{p}.self_attn.v_proj.weight"), &mut attn.v_proj.weight),
+                (format!("{p}.self_attn.o_proj.weight"), &mut attn.o_proj.weight),
+            ]);
+            for (name, norm) in [("q_norm", &mut attn.q_norm), ("k_norm", &mut attn.k_norm)] {
+                if let Some(n) = norm {
+                    out.push((format!("{p}.self_attn.{name}.weight"), n));
+                }
+            }
+            out.extend([
+                (format!("{p}.post_attention_layernorm.weight"), &mut l.post_norm),
+                (format!("{p}.mlp.gate_proj.weight"), &mut mlp.gate_proj.weight),
+                (format!("{p}.mlp.up_proj.weight"), &mut mlp.up_proj.weight),
+                (format!("{p}.mlp.down_proj.weight"), &mut mlp.down_proj.weight),
+            ]);
+            let biases = [("q_proj", &mut attn.q_proj.bias), ("k_proj", &mut attn.k_proj.bias), ("v_proj", &mut attn.v_proj.bias)];
+            for (name, bias) in biases {
+                if let Some(b) = bias {
+                    out.push((format!("{p}.self_attn.{name}.bias"), b));
+                }
+            }
+        }
+        out.push(("model.norm.weight".to_string(), &mut self.norm));
+        if let Some(h) = &mut self.lm_head {
+            out.push(("lm_head.weight".to_string(), h));
+        }
+        out
+    }
+
+    /// A copy (sharing storage) whose base weights are replaced by `f(name, weight)` where
+    /// it returns one; adapters are kept.
+    pub fn with_weights(&self, f: &mut dyn FnMut(&str, &Param) -> Option<Param>) -> Qwen3 {
+        let mut out = self.clone();
+        for (name, p) in out.named_weights_mut() {
+            if let Some(new) = f(&name, p) {
+                *p = new;
+            }
         }
         out
     }

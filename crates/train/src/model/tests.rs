@@ -9,8 +9,13 @@ use crate::backward::backward;
 
 /// Writes a random tiny Qwen3 (no tokenizer) into `dir`.
 pub(crate) fn write_random_qwen3(dir: &Path, vocab: usize, tied: bool, seed: u64) {
+    write_random_qwen3_layers(dir, vocab, tied, seed, 2)
+}
+
+/// [`write_random_qwen3`] with `layers` decoder layers.
+pub(crate) fn write_random_qwen3_layers(dir: &Path, vocab: usize, tied: bool, seed: u64, layers: usize) {
     use rand::{Rng, SeedableRng};
-    let (h, layers, nh, nkv, hd, inter) = (16usize, 2usize, 4usize, 2usize, 4usize, 24usize);
+    let (h, nh, nkv, hd, inter) = (16usize, 4usize, 2usize, 4usize, 24usize);
     let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
     let mut tensors = std::collections::HashMap::new();
     let mut rand = |shape: &[usize], scale: f32| {
@@ -65,12 +70,9 @@ fn seqs() -> Vec<(Vec<u32>, Vec<u8>)> {
     vec![(vec![3, 5, 7, 2, 9, 11, 4], vec![0, 0, 1, 1, 0, 1, 1]), (vec![8, 1, 6, 6, 2], vec![0, 1, 1, 1, 1])]
 }
 
-fn weighted_logp_loss<'a>(
-    model: &'a Qwen3,
-    batch: &TokenBatch,
-) -> impl Fn(&Tensor) -> candle_core::Result<Tensor> + 'a {
+fn weighted_logp_loss(_model: &Qwen3, batch: &TokenBatch) -> impl Fn(&Qwen3, &Tensor) -> candle_core::Result<Tensor> {
     let batch = batch.clone();
-    move |hidden: &Tensor| {
+    move |model: &Qwen3, hidden: &Tensor| {
         let (logp, _) = token_logprobs(model, hidden, &batch, 3)?;
         let n = logp.dim(0)?;
         let w: Vec<f64> = (0..n).map(|i| 0.3 + 0.1 * i as f64).collect();

@@ -54,6 +54,11 @@ impl MemoryPlan {
         let how = match self.zero {
             0 => "data parallel, replicated: each GPU holds everything below".to_string(),
             1 => format!("data parallel, ZeRO-1: AdamW state sharded 1/{}, weights replicated", self.world_size),
+            3 => format!(
+                "data parallel, ZeRO-3: weights, summed gradients and AdamW state sharded 1/{}, a unit gathered \
+                 while used",
+                self.world_size
+            ),
             _ => format!(
                 "data parallel, ZeRO-2: AdamW state and summed gradients sharded 1/{}, weights replicated",
                 self.world_size
@@ -72,8 +77,13 @@ impl MemoryPlan {
     fn trainer_rows(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let dt = self.dtype;
         let shard = if self.zero > 0 { format!("; 1/{}", self.world_size) } else { String::new() };
-        row(f, &format!("  weights ({dt}, whole on every GPU)"), self.weight_bytes)?;
-        row(f, &format!("  gradient sums ({dt}, every trainable parameter)"), self.grad_bytes)?;
+        if self.phase_exclusive {
+            row(f, &format!("  weights ({dt}{shard})"), self.weight_bytes)?;
+            row(f, "  the largest unit gathered whole (and its trainable copy)", self.gathered_bytes)?;
+        } else {
+            row(f, &format!("  weights ({dt}, whole on every GPU)"), self.weight_bytes)?;
+            row(f, &format!("  gradient sums ({dt}, every trainable parameter)"), self.grad_bytes)?;
+        }
         if self.grad_transient_bytes > 0 {
             let what = if self.recompute { "one layer's, recompute" } else { "a micro-batch's, no recompute" };
             row(f, &format!("  backward's own gradients ({what})"), self.grad_transient_bytes)?;
@@ -82,7 +92,18 @@ impl MemoryPlan {
             row(f, &format!("  summed gradient shard ({dt}{shard})"), self.grad_shard_bytes)?;
         }
         let master = if dt == Dtype::Bf16 { " + f32 master" } else { "" };
-        row(f, &format!("  optimiser (AdamW m, v in f32{master}{shard})"), self.optimizer_bytes)?;
+        if self.host_optimizer_bytes > 0 {
+            row(
+                f,
+                &format!(
+                    "  optimiser (one unit's share here; {:.1} GiB in host memory)",
+                    gib(self.host_optimizer_bytes)
+                ),
+                self.optimizer_bytes,
+            )?;
+        } else {
+            row(f, &format!("  optimiser (AdamW m, v in f32{master}{shard})"), self.optimizer_bytes)?;
+        }
         if self.reference_bytes > 0 {
             row(f, "  reference model (KL)", self.reference_bytes)?;
         }
@@ -100,7 +121,10 @@ impl MemoryPlan {
             row(f, "  CUDA context and slack", self.reserve_bytes)?;
         }
         row(f, "  total", self.trainer_bytes)?;
-        if let Some(budget) = self.trainer_budget_bytes {
+        if let (Some(budget), true) = (self.trainer_budget_bytes, self.phase_exclusive) {
+            row(f, "  share (the whole GPU: the update runs apart from rollouts)", budget)?;
+            signed_row(f, "  headroom", self.trainer_bytes, budget)?;
+        } else if let Some(budget) = self.trainer_budget_bytes {
             row(f, &format!("  share (1 − rollout.gpu_memory_fraction {:.2})", self.rollout_fraction), budget)?;
             signed_row(f, "  headroom", self.trainer_bytes, budget)?;
         }
@@ -110,6 +134,9 @@ impl MemoryPlan {
     fn engine_rows(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let copy = match (self.engine, self.lora) {
             (RolloutEngine::Candle, Some(_)) => "  weights (the trainer's, adapters unmerged)".to_string(),
+            (RolloutEngine::Candle, None) if self.phase_exclusive => {
+                "  the whole policy, gathered between updates".to_string()
+            }
             (RolloutEngine::Candle, None) => "  weights (shares the trainer's)".to_string(),
             (RolloutEngine::Mistralrs, _) => format!("  its own copy of the weights ({})", self.dtype),
             (RolloutEngine::Openai, _) => "  weights (none: an external server)".to_string(),
@@ -129,7 +156,10 @@ impl MemoryPlan {
             row(f, "  second copy while reloading (no KV then)", self.rollout_reload_bytes)?;
         }
         row(f, "  total (copy + the larger of the two)", self.rollout_bytes)?;
-        if let Some(budget) = self.rollout_budget_bytes {
+        if let (Some(budget), true) = (self.rollout_budget_bytes, self.phase_exclusive) {
+            row(f, "  share (the GPU less the shards kept meanwhile)", budget)?;
+            signed_row(f, "  headroom", self.rollout_bytes, budget)?;
+        } else if let Some(budget) = self.rollout_budget_bytes {
             row(f, &format!("  share (rollout.gpu_memory_fraction {:.2})", self.rollout_fraction), budget)?;
             signed_row(f, "  headroom", self.rollout_bytes, budget)?;
         }
@@ -160,7 +190,11 @@ impl fmt::Display for MemoryPlan {
         self.trainer_rows(f)?;
         writeln!(f, "  rollout engine ({})", self.engine)?;
         self.engine_rows(f)?;
-        row(f, "trainer + engine", self.total_bytes)?;
+        if self.phase_exclusive {
+            row(f, "the larger phase", self.total_bytes)?;
+        } else {
+            row(f, "trainer + engine", self.total_bytes)?;
+        }
         match self.memory_bytes {
             Some(m) => {
                 row(f, "available (hardware.gpu_memory_gib)", m)?;

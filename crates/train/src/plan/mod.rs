@@ -32,6 +32,14 @@
 //!   (about eight f32 slices of [`UPDATE_SLICE`] elements);
 //! - on CUDA a fixed reserve for the context, cuBLAS workspaces and allocator slack.
 //!
+//! With parameter sharding (ZeRO-3, `optim.zero: 3`) the phases are counted apart, each against the whole GPU:
+//! - the update: 1/world of the weights, the gradient sum and AdamW's state (none of it with `optim.offload`,
+//!   one unit's share then), two copies of the largest unit gathered whole (the gathered buffer and the
+//!   trainable copy the backward pass differentiates), that unit's whole gradient and the f32 buffers of its
+//!   reduce-scatter, the activations; no shared prompt (each rank's passes are collectives);
+//! - the rollouts: the shards, the whole policy gathered for the sampler, the KV caches; AdamW's state waits in
+//!   host memory and no gradient exists.
+//!
 //! The rollout engine, per GPU: its own copy of the weights (candle: none, it samples from a view of the
 //! trainer's weights with the adapters applied unmerged; mistral.rs: all of them; llama.cpp: its quantised
 //! base; an external server: nothing), the KV cache of its share of the rollouts in flight (rollout.concurrency
@@ -95,8 +103,14 @@ pub struct MemoryPlan {
     pub trainable_params: u64,
     /// ZeRO stage (0: replicated optimiser).
     pub zero: u8,
-    /// All weights (base and adapters) at the dtype.
+    /// All weights (base and adapters) at the dtype; this rank's shard with ZeRO-3.
     pub weight_bytes: u64,
+    /// ZeRO-3: the units gathered whole at once during the update (0 otherwise).
+    pub gathered_bytes: u64,
+    /// ZeRO-3: the update and the rollouts are planned apart, each against the whole GPU.
+    pub phase_exclusive: bool,
+    /// ZeRO-3 with `optim.offload`: AdamW's state per GPU that lives in host memory.
+    pub host_optimizer_bytes: u64,
     /// The local gradient sums of the trainable parameters, at every ZeRO stage.
     pub grad_bytes: u64,
     /// Gradients the backward pass holds besides the sums.
@@ -259,8 +273,16 @@ impl MemoryPlan {
         let per_minibatch = rollouts_per_step.div_ceil(g.minibatches.max(1) as u64).div_ceil(world.max(1));
         let micro_per_opt_step = per_minibatch.div_ceil(micro_batch.max(1));
 
-        let weight_bytes = (base_params + adapter_params) * dt;
-        let grad_bytes = trainable_params * dt;
+        let sharded = zero == 3;
+        let vocab_h = shape.vocab_size as u64 * h;
+        // The largest unit gathered whole: a layer, the embedding, or the head (with the
+        // embedding when tied).
+        let head_unit = vocab_h + h;
+        let largest_unit = layer_params.max(vocab_h).max(head_unit);
+        let weight_bytes =
+            if sharded { base_params.div_ceil(world) * dt } else { (base_params + adapter_params) * dt };
+        let gathered_bytes = if sharded { 2 * largest_unit * dt } else { 0 };
+        let grad_bytes = if sharded { 0 } else { trainable_params * dt };
         let grad_transient_bytes = if preset.recompute {
             2 * largest_piece * dt
         } else if micro_per_opt_step > 1 {
@@ -271,17 +293,28 @@ impl MemoryPlan {
         let shard_params = if zero > 0 { trainable_params.div_ceil(world) } else { trainable_params };
         let grad_shard_bytes = if zero > 0 { shard_params * dt } else { 0 };
         let master = if preset.dtype == Dtype::Bf16 { 4 } else { 0 };
-        let optimizer_bytes = shard_params * (8 + master);
-        let reference_bytes = if lora.is_none() && g.kl_coef > 0.0 { base_params * dt } else { 0 };
+        let offload = sharded && preset.optim.offload && preset.hardware.device == Device::Cuda;
+        let (optimizer_bytes, host_optimizer_bytes) = if offload {
+            (largest_unit.div_ceil(world) * (8 + master), shard_params * (8 + master))
+        } else {
+            (shard_params * (8 + master), 0)
+        };
+        let reference_bytes = match (lora.is_none() && g.kl_coef > 0.0, sharded) {
+            (false, _) => 0,
+            (true, false) => base_params * dt,
+            (true, true) => base_params.div_ceil(world) * dt,
+        };
         let (activation_bytes, attention_bytes) =
             activation_bytes(shape, preset.dtype, micro_batch, seq, preset.recompute);
         // Logits and their gradient, both f32 whatever the weights, for one chunk.
         let logprob_bytes = 2 * LOGPROB_CHUNK_TOKENS * shape.vocab_size as u64 * 4;
         let kv_bytes_per_rollout =
             2 * shape.num_hidden_layers as u64 * (shape.num_key_value_heads * shape.head_dim) as u64 * seq * dt;
-        let prefix_bytes = 2 * kv_bytes_per_rollout;
+        let prefix_bytes = if sharded { 0 } else { 2 * kv_bytes_per_rollout };
         let bucket = (BUCKET_ELEMS as u64).min(shard_params * world);
         let (reduce, update_unit) = match zero {
+            // One unit's gradient in f32, then the flat buffer the reduce-scatter sends.
+            3 => (8 * largest_unit, largest_unit.div_ceil(world)),
             0 if world > 1 => (trainable_params * (8 + if dt == 4 { 0 } else { 4 }), largest_var),
             0 => (0, largest_var),
             1 => (12 * bucket, largest_var.div_ceil(world).min(bucket / world)),
@@ -290,6 +323,7 @@ impl MemoryPlan {
         let comm_bytes = reduce + 8 * 4 * update_unit.min(UPDATE_SLICE as u64);
         let reserve_bytes = if preset.hardware.device == Device::Cuda { CUDA_RESERVE_BYTES } else { 0 };
         let trainer_bytes = weight_bytes
+            + gathered_bytes
             + grad_bytes
             + grad_transient_bytes
             + grad_shard_bytes
@@ -303,6 +337,8 @@ impl MemoryPlan {
 
         let rollouts_in_flight = (preset.rollout.concurrency as u64).min(rollouts_per_step);
         let (rollout_weight_bytes, in_flight_per_gpu) = match preset.rollout.engine {
+            // The sharded policy gathered whole for the sampler, between updates.
+            RolloutEngine::Candle if sharded => (base_params * dt, rollouts_in_flight.div_ceil(world.max(1))),
             // A view of the trainer's weights, adapters unmerged: nothing of its own.
             RolloutEngine::Candle => (0, rollouts_in_flight.div_ceil(world.max(1))),
             RolloutEngine::Mistralrs => (base_params * dt, rollouts_in_flight.div_ceil(world.max(1))),
@@ -318,13 +354,20 @@ impl MemoryPlan {
         };
         let rollout_kv_bytes = kv_bytes_per_rollout * in_flight_per_gpu;
         let rollout_bytes = rollout_weight_bytes + rollout_kv_bytes.max(rollout_reload_bytes);
-        let total_bytes = trainer_bytes + rollout_bytes;
+        // What stays on the GPU while the sampler runs (ZeRO-3): the shards and the reserve.
+        let resident_in_rollouts = weight_bytes + reference_bytes + reserve_bytes;
+        let total_bytes =
+            if sharded { trainer_bytes.max(resident_in_rollouts + rollout_bytes) } else { trainer_bytes + rollout_bytes };
 
-        let fraction = preset.rollout_memory_fraction();
+        let fraction = if sharded { 0.0 } else { preset.rollout_memory_fraction() };
         let declared = preset.hardware.gpu_memory_gib;
         let memory_bytes = (declared > 0.0).then_some((declared * GIB as f64) as u64);
-        let rollout_budget_bytes = memory_bytes.map(|m| (m as f64 * fraction) as u64);
-        let trainer_budget_bytes = memory_bytes.zip(rollout_budget_bytes).map(|(m, r)| m - r.min(m));
+        let (rollout_budget_bytes, trainer_budget_bytes) = if sharded {
+            (memory_bytes.map(|m| m.saturating_sub(resident_in_rollouts)), memory_bytes)
+        } else {
+            let r = memory_bytes.map(|m| (m as f64 * fraction) as u64);
+            (r, memory_bytes.zip(r).map(|(m, r)| m - r.min(m)))
+        };
         let fits = trainer_budget_bytes
             .zip(rollout_budget_bytes)
             .is_none_or(|(t, r)| trainer_bytes <= t && rollout_bytes <= r);
@@ -341,6 +384,9 @@ impl MemoryPlan {
             trainable_params,
             zero,
             weight_bytes,
+            gathered_bytes,
+            phase_exclusive: sharded,
+            host_optimizer_bytes,
             grad_bytes,
             grad_transient_bytes,
             grad_shard_bytes,
@@ -516,7 +562,25 @@ fn advise(preset: &Preset, shape: &ModelShape, plan: &MemoryPlan) -> Vec<String>
         ));
     }
     let floor = plan.weight_bytes + plan.grad_bytes + plan.rollout_weight_bytes;
-    if floor + plan.reserve_bytes > memory {
+    if plan.zero == 3 {
+        if plan.trainer_bytes > t_budget && !preset.optim.offload && plan.device == Device::Cuda {
+            let mut o = preset.clone();
+            o.optim.offload = true;
+            advice.push(format!(
+                "set optim.offload: true (AdamW's {:.1} GiB per GPU wait in host memory; trainer {:.1} → {:.1} GiB);",
+                gib(plan.optimizer_bytes),
+                gib(plan.trainer_bytes),
+                trainer(&o)
+            ));
+        }
+        if plan.weight_bytes + plan.rollout_weight_bytes + plan.reserve_bytes > memory {
+            advice.push(format!(
+                "The sampler holds the whole policy ({:.1} GiB) on every GPU between updates; a tensor-parallel \
+                 sampler is not implemented.",
+                gib(plan.rollout_weight_bytes)
+            ));
+        }
+    } else if floor + plan.reserve_bytes > memory {
         let mut why = format!(
             "Whatever the ZeRO stage, every GPU holds the {:.1} GiB of weights and the {:.1} GiB local gradient",
             gib(plan.weight_bytes),
@@ -525,16 +589,22 @@ fn advise(preset: &Preset, shape: &ModelShape, plan: &MemoryPlan) -> Vec<String>
         if plan.rollout_weight_bytes > 0 {
             why += &format!(" and the rollout engine's {:.1} GiB copy of the weights", gib(plan.rollout_weight_bytes));
         }
-        advice.push(format!(
-            "{why}, {:.1} GiB before anything else: parameter sharding (ZeRO-3/FSDP, not implemented) would divide \
-             the first two by the world size{}.",
-            gib(floor),
-            if plan.rollout_weight_bytes > 0 {
-                ", and a sampler applying the adapters unmerged (not implemented) would need no copy"
-            } else {
-                ""
-            }
-        ));
+        advice.push(format!("{why}, {:.1} GiB before anything else.", gib(floor)));
+        if plan.lora.is_none() {
+            let mut z = preset.clone();
+            z.optim.zero = Some(3);
+            z.optim.offload = plan.device == Device::Cuda;
+            z.recompute = true;
+            z.rollout.engine = RolloutEngine::Candle;
+            let alt = MemoryPlan::without_advice(&z, shape);
+            advice.push(format!(
+                "Set optim.zero: 3{} (weights, gradients and optimiser state sharded; update {:.1} GiB, rollouts \
+                 {:.1} GiB per GPU).",
+                if z.optim.offload { " with optim.offload: true" } else { "" },
+                gib(alt.trainer_bytes),
+                gib(alt.weight_bytes + alt.reference_bytes + alt.reserve_bytes + alt.rollout_bytes)
+            ));
+        }
     } else if plan.rollout_reload_bytes > r_budget.saturating_sub(plan.rollout_weight_bytes)
         && plan.rollout_reload_bytes > 0
     {
@@ -545,7 +615,8 @@ fn advise(preset: &Preset, shape: &ModelShape, plan: &MemoryPlan) -> Vec<String>
         ));
     }
     advice.push(
-        "Or use GPUs with more memory; more GPUs shrink only the ZeRO shards (optimiser state, summed gradient)."
+        "Or use GPUs with more memory; more GPUs shrink only the ZeRO shards (optimiser state, summed gradient; \
+         the weights too with ZeRO-3)."
             .to_string(),
     );
     advice

@@ -141,19 +141,40 @@ fn a_wrong_split_is_told_apart_from_too_little_memory() {
     assert!(err.contains("set rollout.gpu_memory_fraction between"), "{err}");
 }
 
+/// Qwen3-32B full on 8×H100: with ZeRO-2 every GPU would hold the whole weights and a
+/// whole local gradient (2 × 61 GiB) and the advice names ZeRO-3; the shipped preset shards
+/// them (ZeRO-3, AdamW's state in host memory) and fits, each phase against the whole GPU.
 #[test]
-fn qwen3_32b_full_does_not_fit_on_8_h100_even_with_zero2() {
-    let file = format!("{}/../../presets/planned/qwen3-32b-full-8xh100.yaml", env!("CARGO_MANIFEST_DIR"));
-    let plan = plan_of(&Preset::load(std::path::Path::new(&file)).unwrap());
-    assert_eq!(plan.zero, 2);
+fn qwen3_32b_full_fits_8_h100_with_zero3_and_not_with_zero2() {
+    let shipped = Preset::builtin("qwen3-32b-full-8xh100").unwrap();
+    let mut zero2 = shipped.clone();
+    zero2.optim.zero = Some(2);
+    zero2.optim.offload = false;
+    let plan = plan_of(&zero2);
     assert!(!plan.fits);
-    // Weights and local gradient sums alone: 2 × 61 GiB on an 80 GiB GPU.
     assert!(plan.weight_bytes + plan.grad_bytes > plan.memory_bytes.unwrap());
     let err = plan.check().unwrap_err().to_string();
     assert!(err.contains("qwen3-32b-full-8xh100") && err.contains("GiB too much"), "{err}");
-    assert!(err.contains("LoRA") && err.contains("ZeRO-3/FSDP, not implemented"), "{err}");
+    assert!(err.contains("Set optim.zero: 3 with optim.offload: true"), "{err}");
+    assert!(plan.to_string().contains("weights replicated"));
+
+    let plan = plan_of(&shipped);
+    assert_eq!(plan.zero, 3);
+    assert!(plan.fits, "{plan}");
+    assert!(plan.phase_exclusive && plan.grad_bytes == 0 && plan.prefix_bytes == 0);
+    // 1/8 of the weights, and AdamW's 12 bytes per parameter of the shard wait in host memory.
+    assert_eq!(plan.weight_bytes, plan.base_params.div_ceil(8) * 2);
+    assert_eq!(plan.host_optimizer_bytes, plan.base_params.div_ceil(8) * 12);
+    // The sampler holds the whole policy between updates, beside the shards.
+    assert_eq!(plan.rollout_weight_bytes, plan.base_params * 2);
     let table = plan.to_string();
-    assert!(table.contains("NO") && table.contains("weights replicated"), "{table}");
+    assert!(table.contains("ZeRO-3") && table.contains("in host memory") && table.contains("the larger phase"), "{table}");
+    // Without the offload the update does not fit: the advice says so.
+    let mut resident = shipped.clone();
+    resident.optim.offload = false;
+    let plan = plan_of(&resident);
+    assert!(!plan.fits);
+    assert!(plan.check().unwrap_err().to_string().contains("set optim.offload: true"));
 }
 
 #[test]
@@ -190,7 +211,7 @@ fn multi_node_splits_work_per_rank() {
 }
 
 /// The acceptance rule: every shipped preset fits the hardware it names (a preset that does
-/// not is not shipped: see presets/planned/). Prints every plan (`--nocapture`): the README's
+/// not is not shipped). Prints every plan (`--nocapture`): the README's
 /// table comes from here.
 #[test]
 fn every_shipped_preset_fits_its_hardware() {

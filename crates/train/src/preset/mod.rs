@@ -31,6 +31,8 @@ const BUILTIN: &[(&str, &str)] = &[
     builtin!("qwen3-32b-lora-1xh200"),
     builtin!("qwen3-32b-lora-8xh100"),
     builtin!("qwen3-32b-lora-4x8xh100"),
+    builtin!("qwen3-32b-full-8xh100"),
+    builtin!("qwen3-32b-full-4x8xh100"),
 ];
 
 /// The model spec that asks for the built-in tiny model instead of weights on disk.

@@ -261,12 +261,18 @@ pub struct Optim {
     /// GPU; 1 shards it over the GPUs (each keeps the f32 moments and master weights of
     /// 1/world of every variable, and the updated weights are all-gathered); 2 also
     /// reduce-scatters the gradients (each GPU receives only its shard of the sum). The
-    /// weights stay whole on every GPU (parameter sharding, ZeRO-3/FSDP, is not
-    /// implemented). Works for LoRA too, where the adapters are small enough that 0 is the
-    /// usual choice. Default: 2 for full updates on more than one GPU, else 0 (on one GPU a
-    /// shard is the whole state). See [`Preset::zero_stage`].
+    /// weights stay whole on every GPU; 3 shards the weights too (full updates; each layer
+    /// is gathered while it is used, see `crate::zero3`). Stages 1 and 2 work for LoRA too,
+    /// where the adapters are small enough that 0 is the usual choice. Default: 2 for full
+    /// updates on more than one GPU, else 0 (on one GPU a shard is the whole state). See
+    /// [`Preset::zero_stage`].
     #[serde(default)]
     pub zero: Option<u8>,
+    /// With `zero: 3`, AdamW's state (moments and f32 master weights) stays in host memory
+    /// and each unit's share is brought to the GPU for its update (ZeRO-Offload's trade: a
+    /// few seconds of PCIe transfers per optimiser step for most of the GPU's memory).
+    #[serde(default)]
+    pub offload: bool,
 }
 
 /// Who samples rollouts.

@@ -164,14 +164,17 @@ fn zero_stage_defaults_by_mode_and_world_and_refuses_stage_3() {
     // LoRA may shard too: the optimiser is the same code.
     let lora = parse(&cpu_tiny_text().replace("micro_batch: 16", "micro_batch: 16\n  zero: 2")).unwrap();
     assert_eq!(lora.zero_stage(), 2);
+    // Parameter sharding is for full updates only, and needs recomputation.
     let err = parse(&cpu_tiny_text().replace("micro_batch: 16", "micro_batch: 16\n  zero: 3")).unwrap_err();
     match &err {
         PresetError::Invalid { field, reason, .. } => {
             assert_eq!(field, "optim.zero");
-            assert!(reason.contains("ZeRO-3/FSDP") && reason.contains("not implemented"), "{reason}");
+            assert!(reason.contains("full updates") && reason.contains("LoRA"), "{reason}");
         }
         other => panic!("expected Invalid optim.zero, got {other}"),
     }
+    let err = parse(&cpu_tiny_text().replace("micro_batch: 16", "micro_batch: 16\n  zero: 4")).unwrap_err();
+    assert!(err.to_string().contains("it is 4"), "{err}");
 }
 
 #[test]
@@ -192,6 +195,8 @@ fn rollout_memory_fraction_defaults_and_range() {
     assert_eq!(external.rollout_memory_fraction(), 0.0, "an external server takes nothing from our GPUs");
     for name in Preset::builtin_names().into_iter().filter(|n| n.starts_with("qwen3")) {
         let p = Preset::builtin(name).unwrap();
-        assert!(p.rollout.gpu_memory_fraction.is_some() && p.optim.zero.is_some(), "{name} states both");
+        // With ZeRO-3 the phases use the whole GPU in turn: no fraction to state.
+        let fraction = p.rollout.gpu_memory_fraction.is_some() != (p.optim.zero == Some(3));
+        assert!(fraction && p.optim.zero.is_some(), "{name} states its ZeRO stage and, below 3, its fraction");
     }
 }

@@ -191,14 +191,48 @@ impl Preset {
         above_zero("optim.grad_clip", o.grad_clip)?;
         positive("optim.grad_accum", o.grad_accum)?;
         positive("optim.micro_batch", o.micro_batch)?;
+        if o.offload && o.zero != Some(3) {
+            return Err(bad("optim.offload", "applies to optim.zero 3 only (its shards' optimiser state)".into()));
+        }
         if let Some(z) = o.zero {
-            if z > 2 {
+            if z > 3 {
                 return Err(bad(
                     "optim.zero",
                     format!(
-                        "must be 0 (replicated), 1 (AdamW state sharded) or 2 (state and gradients sharded), it is \
-                         {z}; parameter sharding (ZeRO-3/FSDP) is not implemented"
+                        "must be 0 (replicated), 1 (AdamW state sharded), 2 (state and gradients sharded) or 3 \
+                         (weights too), it is {z}"
                     ),
+                ));
+            }
+            if z == 3 && !self.mode.full {
+                return Err(bad(
+                    "optim.zero",
+                    "is 3 (parameter sharding), which shards full updates: a LoRA run's adapters are small and its \
+                     base is frozen; use 0"
+                        .into(),
+                ));
+            }
+            if z == 3 && !self.recompute {
+                return Err(bad(
+                    "recompute",
+                    "must be true with optim.zero 3: a sharded layer's weights are gathered again for its backward \
+                     pass, which recomputes it"
+                        .into(),
+                ));
+            }
+            if z == 3 && self.rollout.gpu_memory_fraction.is_some() {
+                return Err(bad(
+                    "rollout.gpu_memory_fraction",
+                    "has no effect with optim.zero 3: the update and the rollouts each have the whole GPU in turn \
+                     (the dry run shows both phases); remove it"
+                        .into(),
+                ));
+            }
+            if z == 3 && self.rollout.engine != RolloutEngine::Candle {
+                return Err(bad(
+                    "rollout.engine",
+                    "must be candle with optim.zero 3: the sampler is given the gathered policy after every update"
+                        .into(),
                 ));
             }
         }
