@@ -117,7 +117,7 @@ fn gradients_pass_a_finite_difference_check() {
                     v[idx] += delta;
                     var.set(&Tensor::from_vec(v, var.as_tensor().shape(), &Device::Cpu).unwrap()).unwrap();
                     let hidden = model.hidden(&batch.ids, ForwardMode::default()).unwrap();
-                    head(&hidden).unwrap().to_scalar::<f64>().unwrap()
+                    head(&model, &hidden).unwrap().to_scalar::<f64>().unwrap()
                 };
                 let numeric = (at(eps) - at(-eps)) / (2.0 * eps);
                 at(0.0);

@@ -79,7 +79,7 @@ impl MemoryPlan {
         let shard = if self.zero > 0 { format!("; 1/{}", self.world_size) } else { String::new() };
         if self.phase_exclusive {
             row(f, &format!("  weights ({dt}{shard})"), self.weight_bytes)?;
-            row(f, "  the largest unit gathered whole (and its trainable copy)", self.gathered_bytes)?;
+            row(f, "  largest unit gathered (+ its trainable copy)", self.gathered_bytes)?;
         } else {
             row(f, &format!("  weights ({dt}, whole on every GPU)"), self.weight_bytes)?;
             row(f, &format!("  gradient sums ({dt}, every trainable parameter)"), self.grad_bytes)?;
@@ -96,7 +96,7 @@ impl MemoryPlan {
             row(
                 f,
                 &format!(
-                    "  optimiser (one unit's share here; {:.1} GiB in host memory)",
+                    "  optimiser (a unit's share; {:.1} GiB in host memory)",
                     gib(self.host_optimizer_bytes)
                 ),
                 self.optimizer_bytes,
@@ -115,14 +115,16 @@ impl MemoryPlan {
         )?;
         row(f, "    of which attention scores", self.attention_bytes)?;
         row(f, &format!("  log-prob chunk ({LOGPROB_CHUNK_TOKENS} tokens, f32 + grad)"), self.logprob_bytes)?;
-        row(f, "  shared prompt's keys and values (+ gradients)", self.prefix_bytes)?;
+        if !self.phase_exclusive {
+            row(f, "  shared prompt's keys and values (+ gradients)", self.prefix_bytes)?;
+        }
         row(f, "  reduction and update buffers", self.comm_bytes)?;
         if self.reserve_bytes > 0 {
             row(f, "  CUDA context and slack", self.reserve_bytes)?;
         }
         row(f, "  total", self.trainer_bytes)?;
         if let (Some(budget), true) = (self.trainer_budget_bytes, self.phase_exclusive) {
-            row(f, "  share (the whole GPU: the update runs apart from rollouts)", budget)?;
+            row(f, "  share (the whole GPU: rollouts run apart)", budget)?;
             signed_row(f, "  headroom", self.trainer_bytes, budget)?;
         } else if let Some(budget) = self.trainer_budget_bytes {
             row(f, &format!("  share (1 − rollout.gpu_memory_fraction {:.2})", self.rollout_fraction), budget)?;

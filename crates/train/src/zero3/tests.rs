@@ -95,7 +95,8 @@ fn assert_same(got: &RankRun, want: &HashMap<String, Vec<f32>>, want_stats: &Upd
     assert!(worst < 2e-5, "{what}: weights differ from one process's update by {worst}");
     let s = &got.stats;
     assert!((s.loss - want_stats.loss).abs() < 1e-5, "{what}: loss {} vs {}", s.loss, want_stats.loss);
-    assert!((s.kl - want_stats.kl).abs() < 1e-6, "{what}: kl {} vs {}", s.kl, want_stats.kl);
+    let kl_tol = 1e-6 * want_stats.kl.abs().max(1.0);
+    assert!((s.kl - want_stats.kl).abs() < kl_tol, "{what}: kl {} vs {}", s.kl, want_stats.kl);
     assert!((s.grad_norm - want_stats.grad_norm).abs() < 1e-4 * want_stats.grad_norm, "{what}: grad norm");
     assert_eq!(s.model_tokens, want_stats.model_tokens, "{what}: tokens");
 }
@@ -208,6 +209,7 @@ fn a_saved_shard_restores_and_another_world_size_is_refused() {
         .collect();
     let state: HashMap<String, Tensor> =
         opt.state_tensors().into_iter().map(|(k, t)| (k, t.copy().unwrap())).collect();
+    let saved_step = opt.step;
     grpo_update(&policy, Reference::None, &mut opt, &samples(), &SingleRank, &settings(), 2).unwrap();
     let want = weights(&z.gather_all(&policy, &SingleRank, &Device::Cpu).unwrap());
 
@@ -215,7 +217,7 @@ fn a_saved_shard_restores_and_another_world_size_is_refused() {
     let fz = fresh.zero3.clone().unwrap();
     fz.load_weights(&saved_weights).unwrap();
     let mut opt2 = AdamW::zero3(fz.clone(), ADAM);
-    opt2.load_state(&state, 1).unwrap();
+    opt2.load_state(&state, saved_step).unwrap();
     grpo_update(&fresh, Reference::None, &mut opt2, &samples(), &SingleRank, &settings(), 2).unwrap();
     assert_eq!(weights(&fz.gather_all(&fresh, &SingleRank, &Device::Cpu).unwrap()), want);
 
