@@ -16,9 +16,9 @@ use candle_core::{DType, Tensor, Var};
 
 use super::dist::zero::{self, Shards, ZeroStage};
 use super::dist::{all_reduce_grads, Collective};
+use super::error::{TensorContext, TrainError};
 use super::zero3::Zero3;
 use std::sync::Arc;
-use super::error::{TensorContext, TrainError};
 
 /// Elements of a variable updated at once (64 MiB of f32 per temporary).
 pub const UPDATE_SLICE: usize = 1 << 24;

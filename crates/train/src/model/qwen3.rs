@@ -557,7 +557,11 @@ impl Qwen3 {
                 (format!("{p}.mlp.up_proj.weight"), &mut mlp.up_proj.weight),
                 (format!("{p}.mlp.down_proj.weight"), &mut mlp.down_proj.weight),
             ]);
-            let biases = [("q_proj", &mut attn.q_proj.bias), ("k_proj", &mut attn.k_proj.bias), ("v_proj", &mut attn.v_proj.bias)];
+            let biases = [
+                ("q_proj", &mut attn.q_proj.bias),
+                ("k_proj", &mut attn.k_proj.bias),
+                ("v_proj", &mut attn.v_proj.bias),
+            ];
             for (name, bias) in biases {
                 if let Some(b) = bias {
                     out.push((format!("{p}.self_attn.{name}.bias"), b));

@@ -95,10 +95,7 @@ impl MemoryPlan {
         if self.host_optimizer_bytes > 0 {
             row(
                 f,
-                &format!(
-                    "  optimiser (a unit's share; {:.1} GiB in host memory)",
-                    gib(self.host_optimizer_bytes)
-                ),
+                &format!("  optimiser (a unit's share; {:.1} GiB in host memory)", gib(self.host_optimizer_bytes)),
                 self.optimizer_bytes,
             )?;
         } else {

@@ -279,8 +279,7 @@ impl MemoryPlan {
         // embedding when tied).
         let head_unit = vocab_h + h;
         let largest_unit = layer_params.max(vocab_h).max(head_unit);
-        let weight_bytes =
-            if sharded { base_params.div_ceil(world) * dt } else { (base_params + adapter_params) * dt };
+        let weight_bytes = if sharded { base_params.div_ceil(world) * dt } else { (base_params + adapter_params) * dt };
         let gathered_bytes = if sharded { 2 * largest_unit * dt } else { 0 };
         let grad_bytes = if sharded { 0 } else { trainable_params * dt };
         let grad_transient_bytes = if preset.recompute {
@@ -356,8 +355,11 @@ impl MemoryPlan {
         let rollout_bytes = rollout_weight_bytes + rollout_kv_bytes.max(rollout_reload_bytes);
         // What stays on the GPU while the sampler runs (ZeRO-3): the shards and the reserve.
         let resident_in_rollouts = weight_bytes + reference_bytes + reserve_bytes;
-        let total_bytes =
-            if sharded { trainer_bytes.max(resident_in_rollouts + rollout_bytes) } else { trainer_bytes + rollout_bytes };
+        let total_bytes = if sharded {
+            trainer_bytes.max(resident_in_rollouts + rollout_bytes)
+        } else {
+            trainer_bytes + rollout_bytes
+        };
 
         let fraction = if sharded { 0.0 } else { preset.rollout_memory_fraction() };
         let declared = preset.hardware.gpu_memory_gib;
