@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # The trainer's checks on a GPU, written to one JSON report (agent-gpu-check):
 #   - one GRPO training step on the device = the same step in f64 on the CPU (1e-3);
+#   - the memory plan against a measured LoRA step of Qwen3-8B's shape (2,048 tokens): the
+#     plan's trainer total must cover the device's peak use during the step;
 #   - the candle sampler's cached decoding = a full forward pass (1e-3), alone and 8 batched;
 #   - training tokens/s and MFU, decode tokens/s, on Qwen3-0.6B's shape, in f32 and bf16;
 #   - one GRPO step by 2 ranks as 2 processes = the step by 1 rank (1e-3; 1e-5 on the CPU):

@@ -5,6 +5,7 @@
 //! check lands in one JSON report, failed or not, so one run on a lent GPU says
 //! everything it can.
 
+pub mod memory;
 pub mod ranks;
 
 use std::collections::HashMap;
@@ -88,6 +89,14 @@ pub fn run(options: &CheckOptions) -> CheckReport {
         (ok, serde_json::to_value(&p).unwrap_or_default())
     });
     record("training step on the device = f64 step on the CPU", parity);
+    // The plan against a real step: Qwen3-8B's shape on a GPU, the 100M shape otherwise.
+    let (shape, tokens) =
+        if options.quick || options.device.is_cpu() { (PerfShape::M100, 256) } else { (PerfShape::Qwen3_8b, 2048) };
+    let plan = memory::plan_vs_measured(&options.device, shape, tokens).map(|c| {
+        let ok = c.passed();
+        (ok, serde_json::to_value(&c).unwrap_or_default())
+    });
+    record(&format!("memory plan ≥ a measured LoRA step ({shape:?}, {tokens} tokens)"), plan);
     for backend in ranks::Backend::for_device(&options.device) {
         let name = format!("2 ranks as 2 processes ({backend:?}) = 1 rank, one GRPO step");
         match &options.rank_program {

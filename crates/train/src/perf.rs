@@ -32,6 +32,11 @@ pub enum PerfShape {
     #[value(name = "qwen3-0.6b")]
     #[serde(rename = "qwen3-0.6b")]
     Qwen3_0_6b,
+    /// Qwen3-8B's shape: hidden 4096, 36 layers, 32 heads, 8 KV heads, head 128,
+    /// intermediate 12288, vocab 151936, untied head (8.2B); LoRA r=16.
+    #[value(name = "qwen3-8b")]
+    #[serde(rename = "qwen3-8b")]
+    Qwen3_8b,
 }
 
 impl PerfShape {
@@ -41,6 +46,7 @@ impl PerfShape {
             PerfShape::Tiny => (64, 2, 4, 2, 16, 128, 1024, 8),
             PerfShape::M100 => (768, 12, 12, 4, 64, 2048, 32768, 16),
             PerfShape::Qwen3_0_6b => (1024, 28, 16, 8, 128, 3072, 151936, 16),
+            PerfShape::Qwen3_8b => (4096, 36, 32, 8, 128, 12288, 151936, 16),
         };
         let cfg = Qwen3Config {
             vocab_size: v,
@@ -52,7 +58,7 @@ impl PerfShape {
             head_dim: Some(hd),
             rms_norm_eps: 1e-6,
             rope_theta: 1_000_000.0,
-            tie_word_embeddings: true,
+            tie_word_embeddings: self != PerfShape::Qwen3_8b,
             max_position_embeddings: 4096,
             eos_token_id: None,
             model_type: None,
@@ -179,6 +185,9 @@ pub fn random_weights(cfg: &Qwen3Config, seed: u64) -> Result<HashMap<String, Te
         put(format!("{p}.mlp.down_proj.weight"), &[h, i], &mut rng, false)?;
     }
     put("model.norm.weight".into(), &[h], &mut rng, true)?;
+    if !cfg.tie_word_embeddings {
+        put("lm_head.weight".into(), &[cfg.vocab_size, h], &mut rng, false)?;
+    }
     Ok(tensors)
 }
 
