@@ -19,7 +19,7 @@
 //! What this does not shard: the weights (every rank holds them all, in their dtype) and
 //! the local gradient that backward accumulates over the micro-batches of a step (candle's
 //! backward hands back whole gradients; they are reduced at the optimiser step, not as
-//! backward produces them). Parameter sharding (ZeRO-3/FSDP) is not implemented.
+//! backward produces them). Parameter sharding (ZeRO-3) is [`crate::zero3`].
 
 use std::collections::hash_map::Entry;
 use std::collections::HashMap;

@@ -6,8 +6,8 @@
 //! (rollouts, then the update) do not overlap, so the split is conservative.
 //!
 //! The trainer, per GPU:
-//! - weights: every parameter (base and adapters) at the preset dtype, on every GPU whatever the ZeRO stage
-//!   (parameter sharding, ZeRO-3/FSDP, is not implemented);
+//! - weights: every parameter (base and adapters) at the preset dtype, on every GPU at ZeRO stages 0–2
+//!   (stage 3 is counted below);
 //! - gradients: the local sum over a step's micro-batches of every trainable parameter in the dtype, on every
 //!   GPU and at every stage: candle's backward hands back whole gradients, which are reduced at the optimiser
 //!   step (the reduction drops each variable's local gradient once reduced; until then it is all there);
