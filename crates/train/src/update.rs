@@ -477,7 +477,7 @@ pub fn sft_step(
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::dist::{LocalWorld, SingleRank};
     use crate::grpo::PpoSettings;
@@ -497,7 +497,7 @@ mod tests {
         ]
     }
 
-    fn settings() -> UpdateSettings {
+    pub(crate) fn settings() -> UpdateSettings {
         UpdateSettings {
             ppo: PpoSettings { clip_low: 0.2, clip_high: 0.28, clip_dual: 3.0, kl_coef: 0.05 },
             epochs: 2,

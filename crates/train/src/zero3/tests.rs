@@ -4,7 +4,6 @@ use candle_core::{DType, Device, Tensor};
 
 use super::Zero3;
 use crate::dist::{Collective, LocalWorld, SingleRank};
-use crate::grpo::PpoSettings;
 use crate::model::tests::write_random_qwen3_layers;
 use crate::model::{Qwen3, TrainMode};
 use crate::optim::{AdamW, AdamWSettings};
@@ -26,17 +25,8 @@ fn samples() -> Vec<Sample> {
 }
 
 fn settings() -> UpdateSettings {
-    UpdateSettings {
-        ppo: PpoSettings { clip_low: 0.2, clip_high: 0.28, clip_dual: 3.0, kl_coef: 0.05 },
-        epochs: 2,
-        minibatches: 1,
-        micro_batch: 1,
-        grad_clip: 1.0,
-        recompute: true,
-        chunk: 4,
-        importance_cap: 2.0,
-        pad: 0,
-    }
+    // A sharded model's backward pass always recomputes.
+    UpdateSettings { recompute: true, ..crate::update::tests::settings() }
 }
 
 fn weights(model: &Qwen3) -> HashMap<String, Vec<f32>> {
