@@ -224,13 +224,22 @@ fn dry_run_prints_the_memory_plans_of_the_gpu_presets() {
     let text = String::from_utf8_lossy(&o.stdout);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     assert!(text.contains("8.19 B") && text.contains("ZeRO-2") && text.contains("optimiser"), "{text}");
+    // Qwen3-32B full fits 8 H100 with parameter sharding; with ZeRO-2 it does not, and the
+    // advice names what does.
     let o = Command::new(support::agent_bin())
-        .args(["train", "--dry-run", "--preset"])
-        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("presets/planned/qwen3-32b-full-8xh100.yaml"))
+        .args(["train", "--preset", "qwen3-32b-full-8xh100", "--dry-run"])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success(), "{text}{}", String::from_utf8_lossy(&o.stderr));
+    assert!(text.contains("ZeRO-3") && text.contains("in host memory") && text.contains("fits"), "{text}");
+    let o = Command::new(support::agent_bin())
+        .args(["train", "--preset", "qwen3-32b-full-8xh100", "--dry-run", "--zero", "2"])
         .output()
         .unwrap();
     assert_eq!(o.status.code(), Some(1), "a plan that does not fit exits 1");
-    assert!(String::from_utf8_lossy(&o.stdout).contains("does not fit"));
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(text.contains("does not fit") && text.contains("Set optim.zero: 3"), "{text}");
 }
 
 #[test]

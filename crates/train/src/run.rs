@@ -29,7 +29,7 @@ use super::setup;
 use super::step::StepLoop;
 use super::update::{Reference, Sample};
 use super::warm_start;
-use super::zero3::Zero3;
+use super::zero3;
 use agent_bench::judge::{Judge, JudgeOptions, RewardWeights};
 use agent_core::config::Config;
 
@@ -148,27 +148,24 @@ pub async fn train(
     let renderer = setup::load_renderer(&start_dir)?;
     let im_end = setup::token_id(&tokenizer, "<|im_end|>", &start_dir)?;
     let mode = train_mode(preset);
-    // With parameter sharding each rank reads the whole model into host memory and keeps
-    // its shards on the device.
+    // With parameter sharding each rank reads the model a unit at a time and keeps its shards.
     let sharded = preset.zero_stage() == 3;
-    let load_on = if sharded { candle_core::Device::Cpu } else { device.clone() };
-    let shard = |m: Qwen3, trainable: bool| -> Result<Qwen3, TrainError> {
-        if sharded {
-            blocking(|| Zero3::shard(&m, world, &device, trainable))
-        } else {
-            Ok(m)
-        }
+    let policy = if sharded {
+        blocking(|| zero3::load_sharded(&start_dir, dtype, world, &device, true))?
+    } else {
+        Qwen3::load(&start_dir, &mode, dtype, &device, preset.seed)?
     };
-    let policy = shard(Qwen3::load(&start_dir, &mode, dtype, &load_on, preset.seed)?, true)?;
     // A full update's reference is loaded on its own: `merged()` shares storage with the
     // trainable weights, which the optimiser updates in place.
     let reference = match (&mode, preset.grpo.kl_coef > 0.0) {
-        (TrainMode::Full, true) => Some(shard(
-            Qwen3::load(&start_dir, &TrainMode::Full, dtype, &load_on, preset.seed)?
+        (TrainMode::Full, true) if sharded => {
+            Some(blocking(|| zero3::load_sharded(&start_dir, dtype, world, &device, false))?)
+        }
+        (TrainMode::Full, true) => Some(
+            Qwen3::load(&start_dir, &TrainMode::Full, dtype, &device, preset.seed)?
                 .merged()
                 .ctx("loading the reference policy")?,
-            false,
-        )?),
+        ),
         _ => None,
     };
     let mut opt = match &policy.zero3 {
@@ -373,7 +370,7 @@ pub async fn train(
         after_se: standard_error(after, n),
     };
     let whole = match &policy.zero3 {
-        Some(z) => Some(blocking(|| z.gather_all(&policy, world, &candle_core::Device::Cpu))?),
+        Some(z) => blocking(|| z.gather_to(&policy, world, &candle_core::Device::Cpu, lead))?,
         None => None,
     };
     if lead {
@@ -536,9 +533,9 @@ pub(crate) fn save_checkpoint(
     state: &CheckpointState,
     world: &dyn Collective,
 ) -> Result<(), TrainError> {
-    // A sharded policy is gathered whole (into host memory) on every rank; rank 0 writes it.
+    // A sharded policy is gathered whole (into host memory) for rank 0, which writes it.
     let whole = match &policy.zero3 {
-        Some(z) => Some(blocking(|| z.gather_all(policy, world, &candle_core::Device::Cpu))?),
+        Some(z) => blocking(|| z.gather_to(policy, world, &candle_core::Device::Cpu, world.rank() == 0))?,
         None => None,
     };
     let policy = whole.as_ref().unwrap_or(policy);

@@ -659,6 +659,17 @@ impl Qwen3 {
 
 /// Reads every safetensors file of `dir` (one file, or the shards an index names).
 fn load_safetensors(dir: &Path, device: &Device) -> Result<HashMap<String, Tensor>, TrainError> {
+    let mut out = HashMap::new();
+    for file in safetensors_files(dir)? {
+        let tensors = candle_core::safetensors::load(&file, device)
+            .map_err(|e| TrainError::bad_file(&file, format!("cannot read safetensors: {e}")))?;
+        out.extend(tensors);
+    }
+    Ok(out)
+}
+
+/// The safetensors files of `dir` (one file, or the shards an index names), each checked to exist.
+pub(crate) fn safetensors_files(dir: &Path) -> Result<Vec<PathBuf>, TrainError> {
     let index = dir.join("model.safetensors.index.json");
     let files: Vec<PathBuf> = if index.exists() {
         let text = std::fs::read_to_string(&index).map_err(|e| TrainError::io("read", &index, e))?;
@@ -675,16 +686,12 @@ fn load_safetensors(dir: &Path, device: &Device) -> Result<HashMap<String, Tenso
     } else {
         vec![dir.join("model.safetensors")]
     };
-    let mut out = HashMap::new();
-    for file in files {
+    for file in &files {
         if !file.exists() {
-            return Err(TrainError::bad_file(&file, "missing: the model folder needs its safetensors weights"));
+            return Err(TrainError::bad_file(file, "missing: the model folder needs its safetensors weights"));
         }
-        let tensors = candle_core::safetensors::load(&file, device)
-            .map_err(|e| TrainError::bad_file(&file, format!("cannot read safetensors: {e}")))?;
-        out.extend(tensors);
     }
-    Ok(out)
+    Ok(files)
 }
 
 /// cos/sin tables (positions × head_dim) in the non-interleaved layout Qwen3 uses.

@@ -20,7 +20,10 @@
 //! Every collective runs on every rank in the same order: ranks with fewer micro-batches
 //! than others run phantom passes (the gathers and the reduce-scatters of zeros, no compute).
 
+mod load;
 pub mod pass;
+
+pub use load::load_sharded;
 #[cfg(test)]
 mod tests;
 
@@ -92,6 +95,19 @@ impl Zero3 {
     /// with the same model); returns the skeleton every pass runs on. `trainable` false keeps
     /// no optimiser state (the frozen reference of the KL term).
     pub fn shard(model: &Qwen3, world: &dyn Collective, device: &Device, trainable: bool) -> Result<Qwen3, TrainError> {
+        Zero3::shard_with(model, &mut |_, p| Ok(p.tensor().clone()), world, device, trainable)
+    }
+
+    /// [`Zero3::shard`] of a model whose weights `fetch` gives, one unit at a time (by
+    /// name, with the model's own parameter, which may be a placeholder): a rank then holds
+    /// one unit's whole weights besides its shards.
+    pub(crate) fn shard_with(
+        model: &Qwen3,
+        fetch: &mut dyn FnMut(&str, &Param) -> Result<Tensor, TrainError>,
+        world: &dyn Collective,
+        device: &Device,
+        trainable: bool,
+    ) -> Result<Qwen3, TrainError> {
         if model.zero3.is_some() {
             return Err(TrainError::Other("this model is already sharded".into()));
         }
@@ -110,24 +126,30 @@ impl Zero3 {
             units.push(Unit { name: format!("layer.{l}"), params: Vec::new(), numel: 0, chunk: 0 });
         }
         units.push(Unit { name: "head".into(), params: Vec::new(), numel: 0, chunk: 0 });
-        let mut flats: Vec<Vec<Tensor>> = vec![Vec::new(); units.len()];
-        let c = "sharding the weights";
-        for (name, p) in model.named_weights() {
-            let u = unit_of(&name, layers)
+        let weights = model.named_weights();
+        let mut members: Vec<Vec<usize>> = vec![Vec::new(); units.len()];
+        for (i, (name, _)) in weights.iter().enumerate() {
+            let u = unit_of(name, layers)
                 .ok_or_else(|| TrainError::Other(format!("`{name}` belongs to no ZeRO-3 unit")))?;
-            let t = p.tensor();
-            let unit = &mut units[u];
-            unit.params.push((name, t.shape().clone(), unit.numel));
-            unit.numel += t.elem_count();
-            flats[u].push(t.flatten_all().ctx(c)?);
+            members[u].push(i);
         }
+        let c = "sharding the weights";
         let mut state = Vec::with_capacity(units.len());
-        for (unit, flat) in units.iter_mut().zip(flats) {
+        for (unit, members) in units.iter_mut().zip(members) {
+            let mut flat = Vec::with_capacity(members.len());
+            for i in members {
+                let (name, p) = &weights[i];
+                let t = fetch(name, p)?.to_dtype(model.dtype()).ctx(c)?;
+                unit.params.push((name.clone(), t.shape().clone(), unit.numel));
+                unit.numel += t.elem_count();
+                flat.push(t.flatten_all().ctx(c)?);
+            }
             unit.chunk = unit.numel.div_ceil(w);
             let all = Tensor::cat(&flat, 0).ctx(c)?;
             drop(flat);
             let shard = padded_piece(&all, rank * unit.chunk, unit.chunk)?.to_device(device).ctx(c)?;
             let shard = compact(&shard)?;
+            drop(all);
             let zeros = || Tensor::zeros(unit.chunk, DType::F32, device).ctx(c);
             let (m, v, master) = if trainable {
                 let master = if needs_master(shard.dtype()) { Some(shard.to_dtype(DType::F32).ctx(c)?) } else { None };
@@ -395,19 +417,39 @@ impl Zero3 {
     /// The whole model, frozen, on `device` (a collective): for the sampler, checkpoints and
     /// exports. It holds every weight: use it between updates only.
     pub fn gather_all(&self, skeleton: &Qwen3, world: &dyn Collective, device: &Device) -> Result<Qwen3, TrainError> {
+        self.gather_to(skeleton, world, device, true)?
+            .ok_or_else(|| TrainError::Other("the gathered model went missing".into()))
+    }
+
+    /// [`Zero3::gather_all`] on every rank (a collective), kept only where `keep`: the others
+    /// hold one unit at a time (a checkpoint's writer alone needs the whole model).
+    pub fn gather_to(
+        &self,
+        skeleton: &Qwen3,
+        world: &dyn Collective,
+        device: &Device,
+        keep: bool,
+    ) -> Result<Option<Qwen3>, TrainError> {
         let c = "gathering the whole model";
         let mut whole: HashMap<String, Param> = HashMap::new();
         for u in 0..self.units.len() {
             let shard = self.lock()?[u].shard.clone();
-            let all = world.all_gather(&shard)?.to_device(device).ctx(c)?;
+            let all = world.all_gather(&shard)?;
+            if !keep {
+                continue;
+            }
+            let all = all.to_device(device).ctx(c)?;
             for (name, shape, offset) in &self.units[u].params {
                 let t = all.narrow(0, *offset, shape.elem_count()).and_then(|t| t.reshape(shape)).ctx(c)?;
                 whole.insert(name.clone(), Param::Frozen(compact(&t)?));
             }
         }
+        if !keep {
+            return Ok(None);
+        }
         let mut model = skeleton.with_weights(&mut |name, _| whole.remove(name));
         model.zero3 = None;
-        model.tables_on(device).ctx(c)
+        model.tables_on(device).ctx(c).map(Some)
     }
 
     /// Replaces this rank's weight chunks with its chunks of `tensors` (whole weights under

@@ -244,3 +244,29 @@ fn the_skeleton_keeps_every_name_and_each_weight_has_a_unit() {
     assert_eq!(skeleton.named_weights().len(), names.len());
     assert!(Zero3::shard(&skeleton, &SingleRank, &Device::Cpu, true).is_err(), "sharded twice");
 }
+
+/// Read a unit at a time from the mapped files, the shards are those of the loaded model.
+#[test]
+fn shards_read_from_the_files_equal_shards_of_the_loaded_model() {
+    let dir = tempfile::tempdir().unwrap();
+    write_random_qwen3_layers(dir.path(), 13, false, 35, 3);
+    let full = Qwen3::load(dir.path(), &TrainMode::Full, DType::F32, &Device::Cpu, 5).unwrap();
+    let path = dir.path().to_path_buf();
+    let handles: Vec<_> = LocalWorld::new(2)
+        .into_iter()
+        .map(|world| {
+            let path = path.clone();
+            std::thread::spawn(move || {
+                let read = super::load_sharded(&path, DType::F32, &world, &Device::Cpu, true).unwrap();
+                let z = read.zero3.clone().unwrap();
+                (weights(&z.gather_all(&read, &world, &Device::Cpu).unwrap()), z.resident_bytes())
+            })
+        })
+        .collect();
+    for h in handles {
+        let (got, resident) = h.join().unwrap();
+        assert_eq!(got, weights(&full));
+        // Weights, m and v: three f32 chunks of half the model.
+        assert!(resident as f64 <= 3.0 * bytes_of(&full) as f64 / 2.0 + 3.0 * 4.0 * 5.0 * 2.0, "{resident}");
+    }
+}
