@@ -109,7 +109,10 @@ pub async fn run(args: TrainArgs, config: Config) -> anyhow::Result<u8> {
     }
     if let Some(zero) = args.zero {
         preset.optim.zero = Some(zero);
-        if zero != 3 {
+        if zero == 3 {
+            // A sharded layer is gathered again for its backward pass: it always recomputes.
+            preset.recompute = true;
+        } else {
             preset.optim.offload = false;
         }
     }
