@@ -34,6 +34,7 @@ mod step;
 #[cfg(feature = "engines")]
 mod toy_sim;
 pub mod update;
+#[cfg(feature = "engines")]
 pub mod warm_start;
 pub mod zero3;
 

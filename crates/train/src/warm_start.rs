@@ -14,8 +14,7 @@ use super::rollout::{oracle_replies, RolloutPlan, RolloutRunner, ScriptedSampler
 use super::setup::{train_on, transcript_samples};
 use super::update::Sample;
 
-/// `sft.file` naming the oracle's demonstrations instead of a file.
-pub const ORACLE_DEMOS: &str = "oracle";
+pub use super::preset::ORACLE_DEMOS;
 
 /// Trains the adapter on the demonstrations once per run; a later start loads
 /// `out/sft-adapter`.

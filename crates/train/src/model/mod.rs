@@ -8,6 +8,8 @@ pub mod layer_backward;
 pub use agent_train_kernels::{frozen, fused};
 pub mod logprobs;
 pub mod lora;
+/// llama.cpp's adapter file (its name comes from the engines).
+#[cfg(feature = "engines")]
 pub mod lora_gguf;
 pub mod peft;
 pub mod prefix;

@@ -273,6 +273,7 @@ fn adapters_round_trip_through_peft_files_and_merge_like_the_model() {
     }
 }
 
+#[cfg(feature = "engines")]
 #[test]
 fn the_llama_cpp_adapter_file_holds_each_pair_in_the_layout_llama_cpp_checks() {
     use candle_core::quantized::gguf_file;

@@ -35,6 +35,9 @@ const BUILTIN: &[(&str, &str)] = &[
     builtin!("qwen3-32b-full-4x8xh100"),
 ];
 
+/// `sft.file` naming the oracle's demonstrations instead of a file (see `crate::warm_start`).
+pub const ORACLE_DEMOS: &str = "oracle";
+
 /// The model spec that asks for the built-in tiny model instead of weights on disk.
 pub const TINY_TOY: &str = "tiny:toy";
 

@@ -291,7 +291,7 @@ impl Preset {
             positive("sft.epochs", sft.epochs)?;
             above_zero("sft.lr", sft.lr)?;
             positive("sft.batch", sft.batch)?;
-            if sft.file == crate::warm_start::ORACLE_DEMOS && sft.into != SftInto::Adapter {
+            if sft.file == super::ORACLE_DEMOS && sft.into != SftInto::Adapter {
                 return Err(bad(
                     "sft.file",
                     "`oracle` (the reference solutions as demonstrations) needs sft.into: adapter".into(),
