@@ -36,7 +36,7 @@ use candle_core::{DType, Device, Shape, Tensor, Var};
 use crate::dist::zero::{compact, sum_over_ranks};
 use crate::dist::Collective;
 use crate::error::{TensorContext, TrainError};
-use crate::model::{Param, Qwen3, TrainMode};
+use crate::model::{Param, Qwen3};
 use crate::optim::{adam_update, clip_scale, flat_f32, needs_master, AdamStep, AdamWSettings};
 
 /// Checkpoint key of a ZeRO-3 shard's [rank, world size, units].
@@ -189,11 +189,6 @@ impl Zero3 {
         skeleton.tables_on(device).ctx(c)
     }
 
-    /// This rank's index and the world size.
-    pub fn rank_of(&self) -> (usize, usize) {
-        (self.rank, self.world)
-    }
-
     /// Units: the embedding, the layers, the head.
     pub fn units(&self) -> usize {
         self.units.len()
@@ -235,14 +230,9 @@ impl Zero3 {
             .sum()
     }
 
-    /// The most bytes of whole weights that were gathered at once (since the last reset).
+    /// The most bytes of whole weights that were gathered at once.
     pub fn peak_gathered_bytes(&self) -> u64 {
         self.peak_gathered.load(Ordering::Relaxed)
-    }
-
-    /// Starts measuring [`Zero3::peak_gathered_bytes`] again.
-    pub fn reset_peak(&self) {
-        self.peak_gathered.store(self.gathered.load(Ordering::Relaxed), Ordering::Relaxed);
     }
 
     /// Bytes of one unit's whole weights (padded).
@@ -578,9 +568,4 @@ fn padded_piece(flat: &Tensor, start: usize, len: usize) -> Result<Tensor, Train
         parts.push(Tensor::zeros(len - valid, flat.dtype(), flat.device()).ctx("cutting a shard")?);
     }
     Tensor::cat(&parts, 0).ctx("cutting a shard")
-}
-
-/// Whether `mode` can be sharded (full updates only).
-pub fn applies(mode: &TrainMode) -> bool {
-    matches!(mode, TrainMode::Full)
 }
