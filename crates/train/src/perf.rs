@@ -121,10 +121,15 @@ pub struct MemoryKnobs {
 
 /// The peak resident memory of this process in MiB (Linux).
 fn peak_rss_mib() -> Option<f64> {
+    status_bytes("VmHWM:").map(|b| b as f64 / (1024.0 * 1024.0))
+}
+
+/// A memory field of `/proc/self/status` (`VmRSS:`, `VmHWM:`, …) in bytes.
+pub(crate) fn status_bytes(field: &str) -> Option<u64> {
     let status = std::fs::read_to_string("/proc/self/status").ok()?;
-    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
-    let kib: f64 = line.split_whitespace().nth(1)?.parse().ok()?;
-    Some(kib / 1024.0)
+    let line = status.lines().find(|l| l.starts_with(field))?;
+    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kib * 1024)
 }
 
 /// Model FLOPs per token of one step in `mode`, the way MFU is usually counted: 2 per

@@ -435,7 +435,7 @@ pub(crate) fn sum_over_ranks(world: &dyn Collective, x: f64) -> Result<f64, Trai
 }
 
 /// Elements `start..start+len` of a flat tensor of `n` elements, zeros past its end.
-fn own_piece(flat: &Tensor, start: usize, len: usize, n: usize) -> candle_core::Result<Tensor> {
+pub(crate) fn own_piece(flat: &Tensor, start: usize, len: usize, n: usize) -> candle_core::Result<Tensor> {
     let valid = n.saturating_sub(start).min(len);
     let mut parts = Vec::with_capacity(2);
     if valid > 0 {

@@ -160,7 +160,7 @@ impl Meter {
         match device {
             Device::Cpu => {
                 reset_peak_rss();
-                m.base = rss_bytes("VmRSS:").unwrap_or(0);
+                m.base = perf::status_bytes("VmRSS:").unwrap_or(0);
             }
             _ => {
                 m.base = gpu_used(device)?;
@@ -185,7 +185,7 @@ impl Meter {
     /// The peak above the starting point, and how it was measured.
     fn stop(mut self) -> Result<(u64, String), TrainError> {
         if self.device.is_cpu() {
-            let peak = rss_bytes("VmHWM:").unwrap_or(0);
+            let peak = perf::status_bytes("VmHWM:").unwrap_or(0);
             return Ok((peak.saturating_sub(self.base), "peak resident set (VmHWM) above the start".into()));
         }
         self.stop.store(true, Ordering::Relaxed);
@@ -201,13 +201,6 @@ impl Meter {
 /// peak is the whole process's.
 fn reset_peak_rss() {
     let _ = std::fs::write("/proc/self/clear_refs", "5");
-}
-
-fn rss_bytes(field: &str) -> Option<u64> {
-    let status = std::fs::read_to_string("/proc/self/status").ok()?;
-    let line = status.lines().find(|l| l.starts_with(field))?;
-    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
-    Some(kib * 1024)
 }
 
 #[cfg(feature = "candle-cuda")]

@@ -33,7 +33,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use candle_core::{DType, Device, Shape, Tensor, Var};
 
-use crate::dist::zero::{compact, sum_over_ranks};
+use crate::dist::zero::{compact, own_piece, sum_over_ranks};
 use crate::dist::Collective;
 use crate::error::{TensorContext, TrainError};
 use crate::model::{Param, Qwen3};
@@ -147,7 +147,8 @@ impl Zero3 {
             unit.chunk = unit.numel.div_ceil(w);
             let all = Tensor::cat(&flat, 0).ctx(c)?;
             drop(flat);
-            let shard = padded_piece(&all, rank * unit.chunk, unit.chunk)?.to_device(device).ctx(c)?;
+            let shard =
+                own_piece(&all, rank * unit.chunk, unit.chunk, unit.numel).and_then(|p| p.to_device(device)).ctx(c)?;
             let shard = compact(&shard)?;
             drop(all);
             let zeros = || Tensor::zeros(unit.chunk, DType::F32, device).ctx(c);
@@ -456,8 +457,8 @@ impl Zero3 {
                 flat.push(t.flatten_all().map_err(|e| e.to_string())?);
             }
             let all = Tensor::cat(&flat, 0).map_err(|e| e.to_string())?;
-            let piece = padded_piece(&all, self.rank * unit.chunk, unit.chunk)
-                .and_then(|p| Ok(p.to_device(&self.device)?.to_dtype(self.dtype)?))
+            let piece = own_piece(&all, self.rank * unit.chunk, unit.chunk, unit.numel)
+                .and_then(|p| p.to_device(&self.device)?.to_dtype(self.dtype))
                 .map_err(|e| e.to_string())?;
             s.shard.slice_set(&piece, 0, 0).map_err(|e| e.to_string())?;
             if let Some(w) = &s.master {
@@ -554,18 +555,4 @@ fn unit_of(name: &str, layers: usize) -> Option<usize> {
     let rest = name.strip_prefix("model.layers.")?;
     let l: usize = rest.split('.').next()?.parse().ok()?;
     (l < layers).then_some(l + 1)
-}
-
-/// Elements `start..start+len` of a flat tensor, zeros past its end.
-fn padded_piece(flat: &Tensor, start: usize, len: usize) -> Result<Tensor, TrainError> {
-    let n = flat.elem_count();
-    let valid = n.saturating_sub(start).min(len);
-    let mut parts = Vec::with_capacity(2);
-    if valid > 0 {
-        parts.push(flat.narrow(0, start, valid).ctx("cutting a shard")?);
-    }
-    if valid < len {
-        parts.push(Tensor::zeros(len - valid, flat.dtype(), flat.device()).ctx("cutting a shard")?);
-    }
-    Tensor::cat(&parts, 0).ctx("cutting a shard")
 }
