@@ -13,17 +13,18 @@ const DEFAULT_LOG: &str = "warn,llama-cpp-2=error";
 
 /// `-v`: debug messages of every crate of the agent (tracing targets are module paths).
 const VERBOSE_LOG: &str =
-    "agent=debug,agent_protocol=debug,agent_sandbox=debug,agent_core=debug,agent_local=debug,agent_bench=debug,\
-     agent_train=debug,agent_tui=debug";
+    "agent=debug,agent_protocol=debug,agent_sandbox=debug,agent_llm=debug,agent_core=debug,agent_local=debug,\
+     agent_bench=debug,agent_train=debug,agent_tui=debug";
 
 fn main() -> ExitCode {
     keep_freed_memory();
     let args = cli::Cli::parse();
     let filter = tracing_subscriber::EnvFilter::try_from_env("AGENT_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(if args.verbose { VERBOSE_LOG } else { DEFAULT_LOG }));
-    // Colours only on a terminal: a log file or CI output gets plain text.
-    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
-    tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_ansi(ansi).init();
+    // Colours only on a terminal: a log file or CI output gets plain text, and so does
+    // the UI, whose records go to a file while it runs (`cli::log`).
+    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr()) && args.command.is_some();
+    tracing_subscriber::fmt().with_env_filter(filter).with_writer(cli::log::LogWriter).with_ansi(ansi).init();
     let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(rt) => rt,
         Err(e) => {

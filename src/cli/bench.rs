@@ -8,7 +8,6 @@ use clap::Args;
 
 use agent_bench::{AgentKind, BenchOptions, HostEnv, VerifyMode};
 use agent_core::config::Config;
-use agent_core::llm::ResolveOptions;
 
 use super::signals::Signals;
 
@@ -102,12 +101,7 @@ pub async fn run(args: BenchArgs, mut config: Config) -> anyhow::Result<u8> {
         resume: args.resume,
         verify: args.verify,
         host,
-        resolve: ResolveOptions {
-            api_key_env: config.api_key_env.clone(),
-            local: args.local.options(),
-            progress: !args.quiet,
-            ..agent_local::resolve_options()
-        },
+        resolve: super::resolve::resolve_options(config.api_key_env.clone(), args.local.options(), args.quiet),
         progress: !args.quiet,
         timeout_multiplier: args.timeout_multiplier,
         allow_cap_add: args.allow_cap_add,

@@ -8,7 +8,7 @@ use anyhow::Context;
 use agent_bench::judge::eval::{evaluate, load_suite, rank};
 use agent_bench::judge::report;
 use agent_bench::judge::{Judge, JudgeOptions};
-use agent_core::llm::{resolve_model, ModelSpec, ResolveOptions};
+use agent_llm::{resolve_model, ModelSpec};
 
 /// Arguments of `agent judge-eval`.
 #[derive(Debug, clap::Args)]
@@ -55,12 +55,7 @@ pub async fn run(args: JudgeEvalArgs) -> anyhow::Result<u8> {
     };
     let cases = load_suite(&suite)?;
     let judges = if args.judges.is_empty() { vec!["default".to_string()] } else { args.judges.clone() };
-    let resolve = ResolveOptions {
-        api_key_env: args.api_key_env.clone(),
-        local: args.local.options(),
-        progress: true,
-        ..agent_local::resolve_options()
-    };
+    let resolve = super::resolve::resolve_options(args.api_key_env.clone(), args.local.options(), false);
     let opts = JudgeOptions {
         prompt_version: args.prompt.clone(),
         attempts: args.tries,

@@ -3,10 +3,12 @@
 mod bench;
 mod hooks;
 mod judge_eval;
+pub mod log;
 mod model;
 mod perf;
 mod print;
 mod project;
+mod resolve;
 mod run;
 mod sandbox;
 mod serve;
@@ -78,8 +80,8 @@ pub enum Command {
 pub struct LocalArgs {
     /// Inference engine for local models: `auto` runs GGUF files on the CPU through
     /// llama.cpp and everything else through mistral.rs.
-    #[arg(long, default_value = "auto", value_parser = clap::value_parser!(agent_core::llm::LocalEngine))]
-    pub engine: agent_core::llm::LocalEngine,
+    #[arg(long, default_value = "auto", value_parser = clap::value_parser!(agent_llm::LocalEngine))]
+    pub engine: agent_llm::LocalEngine,
     /// Context window of llama.cpp models in tokens (default: the model's own, at most 32,768).
     #[arg(long, value_name = "TOKENS")]
     pub ctx: Option<u32>,
@@ -107,14 +109,14 @@ pub struct LocalArgs {
 
 impl LocalArgs {
     /// The library's options.
-    pub fn options(&self) -> agent_core::llm::LocalModelOptions {
+    pub fn options(&self) -> agent_llm::LocalModelOptions {
         // No cache directory (an unset HOME) only costs speed, never correctness.
         let prompt_cache_dir = if self.no_prompt_cache {
             None
         } else {
-            agent_core::models::cache_root().ok().map(|root| root.join("prompt-cache"))
+            agent_llm::models::cache_root().ok().map(|root| root.join("prompt-cache"))
         };
-        agent_core::llm::LocalModelOptions {
+        agent_llm::LocalModelOptions {
             isq: self.isq.clone(),
             force_cpu: self.cpu,
             thinking: self.think,
@@ -123,7 +125,7 @@ impl LocalArgs {
             threads: self.threads,
             prompt_cache_dir,
             lora: self.lora.clone(),
-            sampling: agent_core::llm::SamplingDefaults::default(),
+            sampling: agent_llm::SamplingDefaults::default(),
         }
     }
 }

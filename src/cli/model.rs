@@ -6,9 +6,10 @@ use std::time::Instant;
 use anyhow::Context;
 use clap::Subcommand;
 
-use agent_core::llm::ModelSpec;
-use agent_core::models::catalog::{self, BUILTIN};
-use agent_core::models::pull::{self, CacheState, PullOptions, PullOutcome};
+use agent_llm::models::catalog::{self, BUILTIN};
+use agent_llm::models::pull::{self, CacheState, PullOptions, PullOutcome};
+use agent_llm::models::Progress;
+use agent_llm::ModelSpec;
 use agent_local::tiny_qwen3::{self, TinyQwen3Config};
 
 /// Subcommands of `agent model`.
@@ -80,7 +81,7 @@ pub enum ModelCommand {
 pub async fn run(cmd: ModelCommand) -> anyhow::Result<u8> {
     match cmd {
         ModelCommand::Logits { model, lora, tokens } => {
-            let opts = agent_core::llm::LocalModelOptions { force_cpu: true, lora, ..Default::default() };
+            let opts = agent_llm::LocalModelOptions { force_cpu: true, lora, ..Default::default() };
             let backend = agent_local::LocalBackend::load(&model, &opts).await?;
             let logits = backend.next_token_logits(tokens).await?;
             println!("{}", serde_json::to_string(&logits)?);
@@ -89,7 +90,7 @@ pub async fn run(cmd: ModelCommand) -> anyhow::Result<u8> {
         ModelCommand::List => list().await,
         ModelCommand::Pull { name, quiet } => {
             let model = pull::lookup(&name)?;
-            let opts = PullOptions::from_env(!quiet)?;
+            let opts = PullOptions::from_env(if quiet { Progress::hidden() } else { super::resolve::download_bar() })?;
             let started = Instant::now();
             let pulled = pull::pull_builtin(model, &opts).await?;
             if !quiet {
@@ -141,7 +142,7 @@ pub async fn run(cmd: ModelCommand) -> anyhow::Result<u8> {
 
 /// `agent model list`: one row per built-in model, then what `default` means.
 async fn list() -> anyhow::Result<u8> {
-    let models_dir = agent_core::models::models_dir()?;
+    let models_dir = agent_llm::models::models_dir()?;
     let dir = models_dir.clone();
     // Checking the cache may hash a file (small models, or a big one without a sidecar).
     let states =

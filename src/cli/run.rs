@@ -10,8 +10,8 @@ use agent_bench::env::TrialEnv;
 use agent_bench::{BenchTask, EnvSettings, ImageCache};
 use agent_core::config::Config;
 use agent_core::episode::{build_episode, ContainerSource, EpisodeOutcome, EpisodeRequest, ImageContainer};
-use agent_core::llm::{resolve_model, ModelSpec, ResolveOptions};
 use agent_core::tools::ToolFormat;
+use agent_llm::{resolve_model, ModelSpec};
 use agent_protocol::Op;
 use agent_sandbox::Engine;
 
@@ -117,12 +117,7 @@ pub async fn run(args: RunArgs, project: Headless) -> anyhow::Result<u8> {
     }
     let engine = agent_sandbox::connect().await?;
     // The engine is checked first: loading a local model takes a while.
-    let resolve = ResolveOptions {
-        api_key_env: config.api_key_env.clone(),
-        local: args.local.options(),
-        progress: !args.json,
-        ..agent_local::resolve_options()
-    };
+    let resolve = super::resolve::resolve_options(config.api_key_env.clone(), args.local.options(), args.json);
     let model = resolve_model(&spec, &resolve).await?;
     config.tool_format.resolve(&model.name(), model.native_tools()).map_err(|e| anyhow::anyhow!(e))?;
     if let Ok(removed) = agent_sandbox::prune(&engine, agent_sandbox::PruneScope::Orphaned).await {

@@ -4,7 +4,7 @@ use anyhow::Context;
 use clap::Args;
 
 use agent_core::config::Config;
-use agent_core::llm::{resolve_model, ModelSpec, ResolveOptions};
+use agent_llm::{resolve_model, ModelSpec};
 
 use super::signals::Signals;
 
@@ -48,12 +48,7 @@ pub async fn run(args: ServeArgs, config: Config) -> anyhow::Result<u8> {
     }
     let spec_text = args.model.clone().or(config.model.clone()).unwrap_or_else(|| "default".into());
     let spec = ModelSpec::parse(&spec_text)?;
-    let resolve = ResolveOptions {
-        api_key_env: config.api_key_env.clone(),
-        local: args.local.options(),
-        progress: true,
-        ..agent_local::resolve_options()
-    };
+    let resolve = super::resolve::resolve_options(config.api_key_env.clone(), args.local.options(), false);
     let backend = resolve_model(&spec, &resolve).await?;
     let model_id = args.model_id.clone().unwrap_or_else(|| backend.name());
     let listener = tokio::net::TcpListener::bind((args.host.as_str(), args.port))

@@ -403,7 +403,7 @@ async fn remove_containers(docker: &agent_sandbox::Engine) {
 
 fn timestamp() -> String {
     let secs = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
-    let (y, m, d) = agent_core::episode::civil_date(secs);
+    let (y, m, d) = agent_llm::date::civil_date(secs);
     let t = secs % 86_400;
     format!("{y:04}{m:02}{d:02}-{:02}{:02}{:02}", t / 3600, t / 60 % 60, t % 60)
 }

@@ -10,9 +10,9 @@ use futures_util::FutureExt;
 
 use agent_core::config::UserConfig;
 use agent_core::episode::{build_episode, ContainerSource, EpisodeRequest, ImageContainer};
-use agent_core::llm::{resolve_model, ModelSpec, ResolveOptions};
 use agent_core::project::{Apply, Project, ProjectSettings, TrustStore};
 use agent_core::tools::ToolFormat;
+use agent_llm::{resolve_model, ModelSpec};
 use agent_protocol::ApprovalMode;
 use agent_tui::trust::{TrustChoice, TrustPrompt};
 use agent_tui::{popup, store, AppConfig, TuiContext};
@@ -72,7 +72,7 @@ pub async fn run(
     args: TuiArgs,
     user: UserConfig,
     trust_flag: bool,
-    local: agent_core::llm::LocalModelOptions,
+    local: agent_llm::LocalModelOptions,
 ) -> anyhow::Result<u8> {
     let cwd = std::env::current_dir().context("cannot read the current directory")?;
     let cwd_text = cwd.display().to_string();
@@ -110,12 +110,7 @@ pub async fn run(
     let spec_text = args.model.clone().or(config.model.clone()).unwrap_or_else(|| "default".into());
     let spec = ModelSpec::parse(&spec_text)?;
     let engine = agent_sandbox::connect().await?;
-    let resolve = ResolveOptions {
-        api_key_env: config.api_key_env.clone(),
-        local,
-        progress: true,
-        ..agent_local::resolve_options()
-    };
+    let resolve = super::resolve::resolve_options(config.api_key_env.clone(), local, false);
     say(&format!("● loading the model {spec_text}"));
     let model = resolve_model(&spec, &resolve).await?;
     let tool_format = args.tool_format.unwrap_or(config.tool_format);
@@ -177,6 +172,7 @@ pub async fn run(
     // From here on the container exists: every path below ends in the clean-up.
     let result = async {
         let native_prompt = episode.prompt.render(&episode.specs, ToolFormat::Native);
+        let log_file = super::log::to_file(&run_id);
         let ctx = TuiContext {
             sandbox: episode.sandbox.clone(),
             session: episode.session,
@@ -194,6 +190,7 @@ pub async fn run(
                     agent_tui::custom_commands::user_dir().as_deref(),
                     &popup::SLASH_COMMANDS.iter().map(|c| c.name).collect::<Vec<_>>(),
                 ),
+                log_file: log_file.map(|p| p.display().to_string()),
             },
             sessions_dir: sessions_dir.clone(),
             resume,
@@ -212,6 +209,7 @@ pub async fn run(
     }
     .await;
     agent_tui::terminal::restore();
+    super::log::to_stderr();
     say("● removing the sandbox");
     sandbox.remove().await;
     cleanup(&engine, &run_id).await;

@@ -20,7 +20,7 @@ use serde_json::json;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-use agent_core::llm::{ChatResponse, LlmError, ModelBackend};
+use agent_llm::{ChatResponse, LlmError, ModelBackend};
 use wire::{finish_name, CompletionRequest, WireUsage};
 
 #[derive(Clone)]

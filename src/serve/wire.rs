@@ -2,7 +2,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use agent_core::llm::{ChatMessage, ChatRequest, Role, SamplingParams, ToolCall, ToolDefinition};
+use agent_llm::{ChatMessage, ChatRequest, Role, SamplingParams, ToolCall, ToolDefinition};
 
 /// `stop` may be one string or a list.
 #[derive(Debug, Clone, Deserialize)]
@@ -175,11 +175,11 @@ impl From<agent_protocol::TokenUsage> for WireUsage {
 }
 
 /// The OpenAI name of a finish reason.
-pub fn finish_name(reason: agent_core::llm::FinishReason) -> &'static str {
+pub fn finish_name(reason: agent_llm::FinishReason) -> &'static str {
     match reason {
-        agent_core::llm::FinishReason::Stop => "stop",
-        agent_core::llm::FinishReason::Length => "length",
-        agent_core::llm::FinishReason::Cancelled => "cancelled",
-        agent_core::llm::FinishReason::Other => "stop",
+        agent_llm::FinishReason::Stop => "stop",
+        agent_llm::FinishReason::Length => "length",
+        agent_llm::FinishReason::Cancelled => "cancelled",
+        agent_llm::FinishReason::Other => "stop",
     }
 }

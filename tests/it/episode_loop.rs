@@ -6,9 +6,9 @@ use std::time::{Duration, Instant};
 
 use agent_core::config::EpisodeLimits;
 use agent_core::episode::{spawn_session, EpisodeSummary, SessionConfig, SessionHandle, ToolExecutor};
-use agent_core::llm::Role;
-use agent_core::llm::ScriptedBackend;
 use agent_core::tools::{ToolFormat, ToolSpecs};
+use agent_llm::Role;
+use agent_llm::ScriptedBackend;
 use agent_protocol::{ApprovalDecision, ApprovalMode, EndReason, Event, Op};
 
 use crate::support::{self, TestSandbox};
@@ -240,7 +240,7 @@ async fn native_calls_are_answered_by_tool_messages() {
          - tool_calls:\n    - {name: finish, arguments: {message: done}}\n",
     );
     let model = Arc::new(ScriptedBackend::from_file(&script).unwrap());
-    assert!(agent_core::llm::ModelBackend::native_tools(&*model));
+    assert!(agent_llm::ModelBackend::native_tools(&*model));
     let h =
         start_with(dir, model.clone(), EpisodeLimits::default(), ApprovalMode::Auto, true, ToolFormat::Native).await;
     h.send(Op::UserTurn { text: "write n.txt".into() });

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use serde_json::{json, Value};
 
 use agent_core::hooks::{HookSettings, Hooks};
-use agent_core::llm::ScriptedBackend;
+use agent_llm::ScriptedBackend;
 use agent_protocol::{ApprovalDecision, ApprovalMode, EndReason, Event, Op};
 
 use crate::episode_loop::{start_custom, Harness};
@@ -180,7 +180,7 @@ async fn plan_mode_refuses_writes_asks_for_commands_and_an_accepted_plan_can_wri
     assert!(!events.iter().any(|e| matches!(e, Event::PlanProposed { .. })), "a plan outside plan mode");
     // The plan-mode reminder went with the prompts of plan mode only.
     let users: Vec<&str> =
-        summary.messages.iter().filter(|m| m.role == agent_core::llm::Role::User).map(|m| m.content.as_str()).collect();
+        summary.messages.iter().filter(|m| m.role == agent_llm::Role::User).map(|m| m.content.as_str()).collect();
     assert!(users[0].contains("<plan_mode>"));
     assert!(!users.iter().any(|u| u.starts_with("I accept") && u.contains("<plan_mode>")));
 }

@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use agent_bench::judge::{Judge, JudgeOptions, JudgedEpisode};
-use agent_core::llm::{OpenAiBackend, OpenAiConfig};
+use agent_llm::{OpenAiBackend, OpenAiConfig};
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
@@ -78,9 +78,9 @@ fn episode() -> JudgedEpisode {
 fn judge(url: &str, model: &str) -> Judge {
     let mut cfg = OpenAiConfig::new(url, model);
     cfg.stream = false;
-    cfg.max_retries = 1;
-    cfg.initial_backoff = Duration::from_millis(10);
-    cfg.max_backoff = Duration::from_millis(20);
+    cfg.retry.max_retries = 1;
+    cfg.retry.initial_backoff = Duration::from_millis(10);
+    cfg.retry.max_backoff = Duration::from_millis(20);
     let opts = JudgeOptions {
         backoff: Duration::from_millis(10),
         request_timeout: Duration::from_millis(800),

@@ -3,7 +3,7 @@
 
 use std::process::Command;
 
-use agent_core::llm::{
+use agent_llm::{
     resolve_model, ChatMessage, ChatRequest, FinishReason, LocalModelOptions, ModelSpec, ResolveOptions, Role,
     SamplingParams,
 };
@@ -116,7 +116,7 @@ fn model_bench_measures_prefix_reuse_and_the_warm_prompt_cache() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_truncated_gguf_is_reported_as_truncated() {
     resolve_model(&ModelSpec::Builtin("smollm2-135m".into()), &options()).await.unwrap();
-    let cached = agent_core::models::models_dir().unwrap().join("smollm2-135m-instruct-q4_1.gguf");
+    let cached = agent_llm::models::models_dir().unwrap().join("smollm2-135m-instruct-q4_1.gguf");
     let bytes = std::fs::read(&cached).unwrap();
     let dir = tempfile::tempdir().unwrap();
     let cut = dir.path().join("cut.gguf");

@@ -3,7 +3,7 @@
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use agent_core::llm::{
+use agent_llm::{
     ChatMessage, ChatRequest, FinishReason, LlmError, ModelBackend, OpenAiBackend, OpenAiConfig, Role, SamplingParams,
 };
 use serde_json::{json, Value};
@@ -159,8 +159,8 @@ fn full(status: u16, body: &str) -> Reply {
 
 fn config(base_url: &str) -> OpenAiConfig {
     let mut cfg = OpenAiConfig::new(base_url, "test-model");
-    cfg.initial_backoff = Duration::from_millis(10);
-    cfg.max_backoff = Duration::from_millis(40);
+    cfg.retry.initial_backoff = Duration::from_millis(10);
+    cfg.retry.max_backoff = Duration::from_millis(40);
     cfg.idle_timeout = Duration::from_secs(5);
     cfg.connect_timeout = Duration::from_secs(2);
     cfg
@@ -183,7 +183,7 @@ fn request() -> ChatRequest {
 async fn run(
     cfg: OpenAiConfig,
     cancel: &CancellationToken,
-) -> (Result<agent_core::llm::ChatResponse, LlmError>, Vec<String>) {
+) -> (Result<agent_llm::ChatResponse, LlmError>, Vec<String>) {
     let backend = OpenAiBackend::new(cfg).unwrap();
     let mut deltas = Vec::new();
     let result = backend.chat(&request(), &mut |s: &str| deltas.push(s.to_string()), cancel).await;
@@ -298,7 +298,7 @@ async fn usage_is_estimated_when_not_reported() {
     let (result, _) = run(config(&server.base_url), &CancellationToken::new()).await;
     let resp = result.unwrap();
     assert_eq!(resp.text, "abcdefgh");
-    assert_eq!(resp.usage.completion_tokens, agent_core::llm::estimate_tokens("abcdefgh"));
+    assert_eq!(resp.usage.completion_tokens, agent_llm::estimate_tokens("abcdefgh"));
     assert!(resp.usage.prompt_tokens > 0);
 }
 
@@ -322,7 +322,7 @@ async fn retries_429_then_succeeds() {
 async fn server_error_forever_gives_up_after_retries() {
     let server = mock(vec![full(500, "boom: the GPU caught fire")]).await;
     let mut cfg = config(&server.base_url);
-    cfg.max_retries = 2;
+    cfg.retry.max_retries = 2;
     let (result, deltas) = run(cfg, &CancellationToken::new()).await;
     match result {
         Err(LlmError::Http { status, body, url }) => {
@@ -385,7 +385,7 @@ async fn connection_refused_is_unreachable() {
         l.local_addr().unwrap().port()
     };
     let mut cfg = config(&format!("http://127.0.0.1:{port}/v1"));
-    cfg.max_retries = 1;
+    cfg.retry.max_retries = 1;
     let started = Instant::now();
     let (result, _) = run(cfg, &CancellationToken::new()).await;
     let err = result.unwrap_err();

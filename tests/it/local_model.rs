@@ -3,7 +3,7 @@
 
 use std::process::Command;
 
-use agent_core::llm::{ChatMessage, ChatRequest, FinishReason, LocalModelOptions, ModelBackend, Role, SamplingParams};
+use agent_llm::{ChatMessage, ChatRequest, FinishReason, LocalModelOptions, ModelBackend, Role, SamplingParams};
 use agent_local::tiny_qwen3::{write_tiny_qwen3, TinyQwen3Config};
 use agent_local::LocalBackend;
 use tokio_util::sync::CancellationToken;

@@ -14,8 +14,8 @@ use tokio::sync::OnceCell;
 
 use agent_core::config::Config;
 use agent_core::episode::{build_episode, ContainerSource, EpisodeRequest, ImageContainer};
-use agent_core::llm::ScriptedBackend;
 use agent_core::mcp::{McpHub, McpServerConfig};
+use agent_llm::ScriptedBackend;
 use agent_protocol::{EndReason, Event, Op};
 use agent_sandbox::{ContainerConfig, Sandbox};
 

@@ -7,13 +7,13 @@ use std::path::Path;
 use std::process::Command;
 use std::time::Instant;
 
-use agent_core::llm::{
+use agent_llm::models::catalog::{self, QWEN25_CODER_05B};
+use agent_llm::models::default_model::{self, PullOptions, PullOutcome, GGUF_SHA256, GGUF_SIZE};
+use agent_llm::models::pull::{self, STAGING_DIR};
+use agent_llm::models::ModelError;
+use agent_llm::{
     resolve_model, ChatMessage, ChatRequest, LocalModelOptions, ModelSpec, ResolveOptions, Role, SamplingParams,
 };
-use agent_core::models::catalog::{self, QWEN25_CODER_05B};
-use agent_core::models::default_model::{self, PullOptions, PullOutcome, GGUF_SHA256, GGUF_SIZE};
-use agent_core::models::pull::{self, STAGING_DIR};
-use agent_core::models::ModelError;
 use agent_local::tiny_qwen3::{tensor_shapes, write_tiny_qwen3, TinyQwen3Config};
 use safetensors::{Dtype, SafeTensors};
 use serde_json::Value;
@@ -273,12 +273,12 @@ async fn the_cached_qwen_0_5b_is_listed_and_reused_offline() {
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     eprintln!("`agent model pull {name}` took {:.2?}", started.elapsed());
     let path = std::path::PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
-    assert_eq!(path, agent_core::models::models_dir().unwrap().join(QWEN25_CODER_05B.file_name));
+    assert_eq!(path, agent_llm::models::models_dir().unwrap().join(QWEN25_CODER_05B.file_name));
     assert_eq!(std::fs::metadata(&path).unwrap().len(), QWEN25_CODER_05B.size);
     assert_eq!(sha256_file(&path), QWEN25_CODER_05B.sha256);
     assert_eq!(&std::fs::read(&path).unwrap()[..4], b"GGUF");
     assert!(pull::sidecar_path(&path).is_file(), "a verified big model has its sidecar");
-    assert!(!agent_core::models::models_dir().unwrap().join(STAGING_DIR).join(name).exists(), "staging left behind");
+    assert!(!agent_llm::models::models_dir().unwrap().join(STAGING_DIR).join(name).exists(), "staging left behind");
 
     let out = Command::new(support::agent_bin()).args(["model", "list"]).output().unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);

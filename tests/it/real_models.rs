@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use agent_core::config::EpisodeLimits;
 use agent_core::episode::{spawn_session, system_prompt, SessionConfig, ToolExecutor};
-use agent_core::llm::{ChatRequest, ChatResponse, LlmError, ModelBackend};
 use agent_core::tools::{Action, ToolFormat, ToolSpecs};
+use agent_llm::{ChatRequest, ChatResponse, LlmError, ModelBackend};
 use agent_local::{LlamaCppBackend, LlamaCppOptions};
 use agent_protocol::{ApprovalMode, EndReason, Op};
 use async_trait::async_trait;
@@ -48,7 +48,9 @@ impl ModelBackend for Recording {
 }
 
 async fn qwen_05b() -> Arc<LlamaCppBackend> {
-    let path = agent_core::models::pull::ensure_builtin("qwen2.5-coder-0.5b", false).await.unwrap();
+    let path = agent_llm::models::pull::ensure_builtin("qwen2.5-coder-0.5b", agent_llm::models::Progress::hidden())
+        .await
+        .unwrap();
     let opts = LlamaCppOptions { n_ctx: 8192, ..Default::default() };
     let backend = tokio::task::spawn_blocking(move || LlamaCppBackend::load_with(&path, &opts)).await.unwrap();
     Arc::new(backend.unwrap())

@@ -141,10 +141,10 @@ pub fn json_events(stdout: &str) -> Vec<serde_json::Value> {
 /// Sends `request` and cancels it from inside the stream callback once `after` deltas
 /// arrived, as an `Op::Interrupt` would; returns the response and how many deltas came.
 pub async fn chat_cancelled_after(
-    model: &dyn agent_core::llm::ModelBackend,
-    request: &agent_core::llm::ChatRequest,
+    model: &dyn agent_llm::ModelBackend,
+    request: &agent_llm::ChatRequest,
     after: usize,
-) -> (agent_core::llm::ChatResponse, usize) {
+) -> (agent_llm::ChatResponse, usize) {
     let cancel = tokio_util::sync::CancellationToken::new();
     let trigger = cancel.clone();
     let mut seen = 0usize;

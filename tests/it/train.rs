@@ -167,8 +167,7 @@ async fn a_trained_adapter_gives_the_same_logits_through_mistral_rs() {
     let last = hidden.narrow(1, ids.len() - 1, 1).unwrap().squeeze(0).unwrap();
     let ours = last.matmul(&model.head_weight().t().unwrap()).unwrap().flatten_all().unwrap().to_vec1::<f32>().unwrap();
 
-    let opts =
-        agent_core::llm::LocalModelOptions { force_cpu: true, lora: Some(adapter.clone()), ..Default::default() };
+    let opts = agent_llm::LocalModelOptions { force_cpu: true, lora: Some(adapter.clone()), ..Default::default() };
     let engine = agent_local::LocalBackend::load(&base, &opts).await.unwrap();
     let theirs = engine.next_token_logits(ids.clone()).await.unwrap();
     assert_eq!(ours.len(), theirs.len());

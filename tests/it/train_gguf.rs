@@ -22,7 +22,12 @@ fn converted() -> &'static (PathBuf, PathBuf) {
     static DIRS: OnceLock<(PathBuf, PathBuf)> = OnceLock::new();
     DIRS.get_or_init(|| {
         let rt = tokio::runtime::Runtime::new().unwrap();
-        let gguf = rt.block_on(agent_core::models::pull::ensure_builtin("qwen2.5-coder-0.5b", false)).unwrap();
+        let gguf = rt
+            .block_on(agent_llm::models::pull::ensure_builtin(
+                "qwen2.5-coder-0.5b",
+                agent_llm::models::Progress::hidden(),
+            ))
+            .unwrap();
         for entry in std::fs::read_dir(std::env::temp_dir()).unwrap().flatten() {
             let name = entry.file_name().to_string_lossy().to_string();
             if let Some(pid) = name.strip_prefix(PREFIX) {
@@ -238,7 +243,7 @@ fn the_trainers_qwen2_forward_of_the_real_gguf_matches_llama_cpp() {
     let ours: Vec<u32> = tokenizer.encode(TEXT, false).unwrap().get_ids().to_vec();
     let (theirs, reference) = agent_local::llamacpp_reference_logits(gguf, None, TEXT, 2).unwrap();
     assert_eq!(ours, theirs, "the converted tokenizer splits the text as llama.cpp does");
-    let template = agent_core::llm::ChatTemplate::from_model_dir(model_dir).unwrap().expect("a chat template");
+    let template = agent_llm::ChatTemplate::from_model_dir(model_dir).unwrap().expect("a chat template");
     assert!(template.supports_tools(), "Qwen2.5's template renders tools");
 
     let cfg = agent_train::model::Qwen3Config::load(model_dir).unwrap();

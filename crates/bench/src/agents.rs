@@ -16,7 +16,7 @@ use super::task::BenchTask;
 use agent_core::config::Config;
 use agent_core::episode::{build_episode, ContainerSource, EpisodeRequest};
 use agent_core::hooks::Hooks;
-use agent_core::llm::{resolve_model, ModelBackend, ModelSpec, ResolveOptions};
+use agent_llm::{resolve_model, ModelBackend, ModelSpec, ResolveOptions};
 use agent_protocol::{EndReason, Event, Op, TokenUsage};
 use agent_sandbox::{shell_quote, Sandbox, Shell};
 

@@ -19,7 +19,7 @@ use super::task::{discover, TaskEntry};
 use super::trial::{run_trial, TrialContext};
 use super::verify::{Verifier, VerifyMode};
 use agent_core::config::Config;
-use agent_core::llm::{resolve_model, ModelSpec, ResolveOptions};
+use agent_llm::{resolve_model, ModelSpec, ResolveOptions};
 use agent_sandbox::remove_run_settled;
 
 /// What `agent bench` was asked to do.
@@ -60,7 +60,7 @@ fn now_ms() -> u128 {
 
 /// `YYYYMMDD-HHMMSS` in UTC.
 fn timestamp(unix_secs: u64) -> String {
-    let (y, m, d) = agent_core::episode::civil_date(unix_secs);
+    let (y, m, d) = agent_llm::date::civil_date(unix_secs);
     let secs = unix_secs % 86_400;
     format!("{y:04}{m:02}{d:02}-{:02}{:02}{:02}", secs / 3600, secs / 60 % 60, secs % 60)
 }

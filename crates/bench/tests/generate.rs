@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 use agent_bench::generate::{self, GeneratedTask, Split, MAX_LEVEL};
 use agent_bench::{AgentKind, BenchOptions, FailureMode, HostEnv, ResultsFile, VerifiedBy, VerifyMode};
 use agent_core::config::Config;
-use agent_core::llm::ResolveOptions;
+use agent_llm::ResolveOptions;
 
 fn tasks() -> Vec<GeneratedTask> {
     let all = std::env::var("GENERATE_IT_ALL_LEVELS").is_ok_and(|v| v == "1");

@@ -22,7 +22,7 @@ pub enum AssetError {
 /// The folder holding the built-in files (`assets/` of the source tree), unpacked
 /// into `<cache root>/assets/<content hash>` the first time it is asked for.
 pub fn assets_root() -> Result<PathBuf, AssetError> {
-    let root = crate::models::cache_root().map_err(|_| AssetError::NoCacheDir)?.join("assets");
+    let root = agent_llm::models::cache_root().map_err(|_| AssetError::NoCacheDir)?.join("assets");
     unpack_into(&root)
 }
 
@@ -99,7 +99,7 @@ fn content_hash() -> String {
         hasher.update((contents.len() as u64).to_le_bytes());
         hasher.update(contents);
     }
-    crate::models::hex(&hasher.finalize())[..16].to_string()
+    agent_llm::models::hex(&hasher.finalize())[..16].to_string()
 }
 
 fn collect<'a>(dir: &'a Dir<'a>, out: &mut Vec<(String, &'a [u8])>) {

@@ -1,5 +1,5 @@
 //! Models that run in this process: llama.cpp for GGUF files on the CPU, mistral.rs for
-//! safetensors folders and GPUs, behind `agent_core::llm::ModelBackend`; the loader that
+//! safetensors folders and GPUs, behind `agent_llm::ModelBackend`; the loader that
 //! turns local model specs into them ([`Engines`], passed to core as its
 //! `LocalLoader`); the speed benchmark of a model ([`perf`]); and a tiny random Qwen3
 //! for tests ([`tiny_qwen3`]).

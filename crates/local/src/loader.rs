@@ -6,10 +6,10 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 
-use agent_core::llm::{
+use agent_llm::models::{catalog, pull};
+use agent_llm::{
     LlmError, LocalEngine, LocalLoader, LocalModelOptions, ModelBackend, ModelSpec, ResolveOptions, SamplingDefaults,
 };
-use agent_core::models::{catalog, pull};
 
 use crate::{LlamaCppBackend, LlamaCppOptions, LocalBackend};
 
@@ -49,16 +49,16 @@ impl LocalLoader for Engines {
                 Ok(Arc::new(LocalBackend::load_hub(repo, revision.as_deref(), &opts.local).await?))
             }
             ModelSpec::Scripted(_) | ModelSpec::OpenAi { .. } | ModelSpec::Anthropic { .. } => {
-                agent_core::llm::resolve_model(spec, opts).await
+                agent_llm::resolve_model(spec, opts).await
             }
         }
     }
 }
 
-/// Makes sure the built-in model `name` is cached (downloading it with a progress bar
-/// if needed) and loads it like any local GGUF file, with its recommended sampling.
+/// Makes sure the built-in model `name` is cached (downloading it, reported to
+/// `opts.progress`, if needed) and loads it like any local GGUF file, with its recommended sampling.
 async fn load_builtin(name: &str, opts: &ResolveOptions) -> Result<Arc<dyn ModelBackend>, LlmError> {
-    let path = pull::ensure_builtin(name, opts.progress)
+    let path = pull::ensure_builtin(name, opts.progress.clone())
         .await
         .map_err(|e| LlmError::Other(format!("cannot get the built-in model {name}: {e}")))?;
     let mut local = opts.local.clone();
@@ -145,7 +145,7 @@ mod tests {
     async fn local_specs_load_or_explain() {
         let opts = resolve_options();
         let dir = tempfile::tempdir().unwrap();
-        match agent_core::llm::resolve_model(&ModelSpec::Local(dir.path().to_path_buf()), &opts).await {
+        match agent_llm::resolve_model(&ModelSpec::Local(dir.path().to_path_buf()), &opts).await {
             Err(LlmError::UnknownSpec { hint, .. }) => assert!(hint.contains("config.json"), "{hint}"),
             Err(other) => panic!("unexpected error {other}"),
             Ok(_) => panic!("an empty directory is not a model"),
@@ -154,12 +154,12 @@ mod tests {
             local: LocalModelOptions { engine: LocalEngine::LlamaCpp, ..Default::default() },
             ..opts.clone()
         };
-        match agent_core::llm::resolve_model(&ModelSpec::Local(dir.path().to_path_buf()), &llama).await {
+        match agent_llm::resolve_model(&ModelSpec::Local(dir.path().to_path_buf()), &llama).await {
             Err(LlmError::UnknownSpec { hint, .. }) => assert!(hint.contains(".gguf files only"), "{hint}"),
             Err(other) => panic!("unexpected error {other}"),
             Ok(_) => panic!("llama.cpp cannot run a directory"),
         }
-        let b = agent_core::llm::resolve_model(&ModelSpec::parse("openai:http://127.0.0.1:9/v1#m").unwrap(), &opts)
+        let b = agent_llm::resolve_model(&ModelSpec::parse("openai:http://127.0.0.1:9/v1#m").unwrap(), &opts)
             .await
             .unwrap();
         assert_eq!(b.name(), "m", "remote specs still resolve through the local loader's options");

@@ -12,7 +12,7 @@ use mistralrs::{
 };
 use tokio_util::sync::CancellationToken;
 
-use agent_core::llm::{
+use agent_llm::{
     estimate_tokens, CallStats, ChatRequest, ChatResponse, FinishReason, LlmError, LocalModelOptions, ModelBackend,
     Role, ToolCall,
 };
@@ -454,8 +454,8 @@ fn template_declares_tools(dir: &Path) -> bool {
 
 /// The snapshot folders of a Hugging Face repository in the local hub cache.
 fn hub_snapshots(repo: &str) -> Vec<PathBuf> {
-    agent_core::models::hf_cache::cache_root()
-        .map(|root| agent_core::models::hf_cache::snapshots(&root, repo))
+    agent_llm::models::hf_cache::cache_root()
+        .map(|root| agent_llm::models::hf_cache::snapshots(&root, repo))
         .unwrap_or_default()
 }
 
@@ -473,8 +473,8 @@ fn merged_with_adapter(base: &Path, adapter: &Path) -> Result<PathBuf, LlmError>
         hasher.update((bytes.len() as u64).to_le_bytes());
         hasher.update(&bytes);
     }
-    let key = agent_core::models::hex(&hasher.finalize())[..16].to_string();
-    let root = agent_core::models::cache_root().map_err(|e| fail(e.to_string()))?.join("merged");
+    let key = agent_llm::models::hex(&hasher.finalize())[..16].to_string();
+    let root = agent_llm::models::cache_root().map_err(|e| fail(e.to_string()))?.join("merged");
     let dir = root.join(&key);
     if dir.join("COMPLETE").is_file() {
         return Ok(dir);

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use tokio_util::sync::CancellationToken;
 
-use agent_core::llm::{
+use agent_llm::{
     resolve_model, CallStats, ChatMessage, ChatRequest, LlmError, ModelBackend, ModelSpec, ResolveOptions, Role,
     SamplingParams, ToolDefinition,
 };

@@ -263,9 +263,9 @@ pub async fn train(
     };
     let judge = match &preset.reward.judge {
         Some(spec) => {
-            let spec = agent_core::llm::ModelSpec::parse(spec)
-                .map_err(|e| TrainError::Config(format!("reward.judge: {e}")))?;
-            let backend = agent_core::llm::resolve_model(&spec, &agent_local::resolve_options())
+            let spec =
+                agent_llm::ModelSpec::parse(spec).map_err(|e| TrainError::Config(format!("reward.judge: {e}")))?;
+            let backend = agent_llm::resolve_model(&spec, &agent_local::resolve_options())
                 .await
                 .map_err(|e| TrainError::Config(format!("reward.judge: {e}")))?;
             let judge = Judge::new(backend, JudgeOptions::default()).map_err(|e| TrainError::Config(e.to_string()))?;

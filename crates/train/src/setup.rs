@@ -89,12 +89,12 @@ pub fn hf_model_dir(spec: &str) -> Result<Option<PathBuf>, TrainError> {
     if !spec.starts_with("hf:") {
         return Ok(None);
     }
-    let agent_core::llm::ModelSpec::Hf { repo, revision } =
-        agent_core::llm::ModelSpec::parse(spec).map_err(|e| TrainError::Config(format!("model.path: {e}")))?
+    let agent_llm::ModelSpec::Hf { repo, revision } =
+        agent_llm::ModelSpec::parse(spec).map_err(|e| TrainError::Config(format!("model.path: {e}")))?
     else {
         return Ok(None);
     };
-    use agent_core::models::hf_cache;
+    use agent_llm::models::hf_cache;
     let root = hf_cache::cache_root().map_err(|e| TrainError::Config(e.to_string()))?;
     let dir = hf_cache::snapshot(&root, &repo, revision.as_deref()).map_err(|e| TrainError::Config(e.to_string()))?;
     Ok(Some(dir))
@@ -104,9 +104,9 @@ pub fn hf_model_dir(spec: &str) -> Result<Option<PathBuf>, TrainError> {
 /// be cached: `agent model pull NAME`) or a path ending in `.gguf`.
 fn gguf_source(preset: &Preset) -> Result<Option<PathBuf>, TrainError> {
     let spec = preset.model.path.as_str();
-    if let Some(model) = agent_core::models::catalog::find(spec) {
-        let opts =
-            agent_core::models::pull::PullOptions::from_env(false).map_err(|e| TrainError::Other(e.to_string()))?;
+    if let Some(model) = agent_llm::models::catalog::find(spec) {
+        let opts = agent_llm::models::pull::PullOptions::from_env(agent_llm::models::Progress::hidden())
+            .map_err(|e| TrainError::Other(e.to_string()))?;
         let path = opts.path_of(model);
         if !path.is_file() {
             return Err(TrainError::bad_file(
@@ -129,7 +129,7 @@ fn gguf_source(preset: &Preset) -> Result<Option<PathBuf>, TrainError> {
 /// How the model folder's conversations are rendered: its own chat template (as `agent
 /// run` renders them), or ChatML when it has none.
 pub fn load_renderer(dir: &Path) -> Result<PromptRenderer, TrainError> {
-    let template = agent_core::llm::ChatTemplate::from_model_dir(dir)
+    let template = agent_llm::ChatTemplate::from_model_dir(dir)
         .map_err(|e| TrainError::bad_file(&dir.join("tokenizer_config.json"), e.to_string()))?;
     Ok(PromptRenderer::new(template))
 }

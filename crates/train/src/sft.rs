@@ -10,7 +10,7 @@ use tokenizers::Tokenizer;
 use super::error::TrainError;
 use super::rollout::chat::{PromptRenderer, IM_END};
 use super::update::Sample;
-use agent_core::llm::{ChatMessage, Role};
+use agent_llm::{ChatMessage, Role};
 
 #[derive(Deserialize)]
 struct Line {

@@ -16,7 +16,7 @@ use super::rollout::{GenerateRequest, Recording, Rollout, RolloutPlan, RolloutSt
 use super::run::{build_samples, mix_seed, step_plans, train_mode};
 use super::setup;
 use super::update::{grpo_update, Reference};
-use agent_core::llm::{ChatMessage, Role};
+use agent_llm::{ChatMessage, Role};
 
 const WORDS: [&str; 4] = ["apple", "river", "stone", "cloud"];
 const FILES: [&str; 2] = ["note", "data"];

@@ -95,6 +95,8 @@ pub struct AppConfig {
     pub files: Vec<String>,
     /// Custom slash commands (`.agent/commands/`, `~/.config/agent/commands/`).
     pub commands: Vec<CustomCommand>,
+    /// Where log records go while the UI owns the terminal (shown by `/help`).
+    pub log_file: Option<String>,
 }
 
 /// The whole UI state.
@@ -126,6 +128,8 @@ pub struct App {
     pub(super) last_todo: Option<String>,
     /// Custom slash commands, listed after the built-in ones.
     pub(super) commands: Vec<CustomCommand>,
+    /// Where log records go while the UI runs.
+    pub(super) log_file: Option<String>,
     /// When the streaming reply's first text came, and its bytes since.
     pub(crate) stream: Option<(Instant, usize)>,
     /// When the turn's work began (for the working indicator's elapsed time).
@@ -176,6 +180,7 @@ impl App {
             files_listed: Instant::now(),
             last_todo: None,
             commands: cfg.commands,
+            log_file: cfg.log_file,
             stream: None,
             busy_since: None,
             prompt_progress: None,

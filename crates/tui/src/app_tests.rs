@@ -10,6 +10,7 @@ fn app() -> App {
         context_tokens: 32_768,
         files: vec!["src/main.rs".into()],
         commands: Vec::new(),
+        log_file: None,
     })
 }
 
@@ -223,6 +224,7 @@ fn at_completion_sees_files_created_since_start_and_the_message_carries_them() {
         context_tokens: 32_768,
         files: Vec::new(),
         commands: Vec::new(),
+        log_file: None,
     });
     std::fs::write(dir.path().join("notes.txt"), "remember the kumquat\n").unwrap();
     // The list is at most two seconds old when the popup opens.

@@ -26,6 +26,9 @@ pub fn run_slash(app: &mut App, line: &str) -> Vec<Effect> {
                 text.push_str(&format!("  /{:<9} {}\n", c.name, c.popup_line()));
             }
             text.push_str(KEYS_HELP);
+            if let Some(log) = &app.log_file {
+                text.push_str(&format!("\nlog: {log} (warnings and errors while the UI runs)"));
+            }
             app.info(text);
             Vec::new()
         }
@@ -146,6 +149,7 @@ mod tests {
             context_tokens: 1000,
             files: Vec::new(),
             commands: Vec::new(),
+            log_file: None,
         })
     }
 

@@ -44,6 +44,7 @@ fn app() -> App {
         context_tokens: 32_768,
         files: Vec::new(),
         commands: Vec::new(),
+        log_file: None,
     })
 }
 

@@ -5,7 +5,7 @@
 
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use agent_core::llm::ChatMessage;
+use agent_llm::ChatMessage;
 
 use super::app::{App, Effect};
 use super::cell::CellKind;

@@ -12,10 +12,10 @@ use tokio::sync::mpsc::{unbounded_channel, UnboundedSender};
 use tokio_util::sync::CancellationToken;
 
 use agent_core::episode::{spawn_session, swap_tool_section, SessionConfig, SessionHandle, ToolExecutor};
-use agent_core::llm::{resolve_model, ChatMessage, ModelBackend, ModelSpec, ResolveOptions};
 use agent_core::mcp::McpHub;
 use agent_core::tools::ToolFormat;
 use agent_core::tools::ToolSpecs;
+use agent_llm::{resolve_model, ChatMessage, ModelBackend, ModelSpec, ResolveOptions};
 use agent_protocol::{Event, Op};
 use agent_sandbox::{sanitize, OutputCollector, Sandbox};
 

@@ -19,6 +19,7 @@ fn app(mode: ApprovalMode) -> App {
         context_tokens: 32_768,
         files: vec!["src/main.rs".into(), "src/lib.rs".into()],
         commands: Vec::new(),
+        log_file: None,
     });
     a.on_core(Event::SessionConfigured {
         run_id: "r".into(),

@@ -5,8 +5,8 @@ use std::path::PathBuf;
 
 use anyhow::Context;
 
-use agent_core::llm::{CallStats, ModelSpec, ResolveOptions};
 use agent_core::tools::{ToolFormat, ToolSpecs};
+use agent_llm::{CallStats, ModelSpec, ResolveOptions};
 use agent_local::perf::{measure, PerfOptions, PerfReport};
 
 /// Arguments of `agent perf model`.
@@ -62,7 +62,7 @@ pub async fn run(args: ModelPerfArgs) -> anyhow::Result<u8> {
     if local.prompt_cache_dir.is_some() {
         local.prompt_cache_dir = Some(cache.path().to_path_buf());
     }
-    let resolve = ResolveOptions { local, progress: true, ..agent_local::resolve_options() };
+    let resolve = crate::cli::resolve::resolve_options(None, local, false);
     let opts = PerfOptions {
         system_prompt,
         instruction: INSTRUCTION.to_string(),

@@ -19,7 +19,7 @@ use sha2::{Digest, Sha256};
 use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 
-use agent_core::llm::{ChatMessage, ChatRequest, LlmError, ModelBackend, Role, SamplingParams};
+use agent_llm::{ChatMessage, ChatRequest, LlmError, ModelBackend, Role, SamplingParams};
 
 pub use episode::{EpisodeFacts, JudgedCall, JudgedEpisode, JudgedTurn};
 pub use render::{cut_middle, render_ending, render_transcript, RenderLimits};

@@ -12,9 +12,9 @@ use std::time::Duration;
 
 use crate::config::{Config, EpisodeLimits};
 use crate::hooks::Hooks;
-use crate::llm::ModelBackend;
 use crate::mcp::{McpHub, McpServerConfig};
 use crate::tools::{SpecError, ToolFormat, ToolSpecs};
+use agent_llm::ModelBackend;
 use agent_protocol::{ApprovalMode, EndReason};
 use agent_sandbox::{Engine, Sandbox, SandboxError, Shell};
 

@@ -3,8 +3,8 @@
 
 use std::collections::HashMap;
 
-use crate::llm::{ChatMessage, Role};
 use crate::tools::{write_call, ToolFormat};
+use agent_llm::{ChatMessage, Role};
 
 /// `messages` as a session in `format` can send them. The native format takes them as
 /// they are; the text format has no tool role and no structured calls, so each call is
@@ -60,7 +60,7 @@ pub fn adapt_history(messages: Vec<ChatMessage>, format: ToolFormat) -> Vec<Chat
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::llm::ToolCall;
+    use agent_llm::ToolCall;
 
     fn native_conversation() -> Vec<ChatMessage> {
         vec![

@@ -18,7 +18,7 @@ pub use builder::{
 pub use executor::{ToolExecutor, ToolOutcome};
 pub use history::adapt_history;
 pub(crate) use prompt::today;
-pub use prompt::{civil_date, render_system_prompt, swap_tool_section, system_prompt};
+pub use prompt::{render_system_prompt, swap_tool_section, system_prompt};
 pub use session::{spawn_session, EpisodeSummary, SessionConfig, SessionHandle};
 pub use stream_loop::{LoopCut, StreamLoopDetector};
 pub use stuck::{loop_warning, LoopDetector, LoopVerdict};

@@ -6,8 +6,8 @@ use std::path::Path;
 
 use serde::Serialize;
 
-use crate::llm::{ChatMessage, ToolCall};
 use crate::tools::{Action, ActionParseError};
+use agent_llm::{ChatMessage, ToolCall};
 use agent_protocol::{EndReason, TokenUsage};
 
 /// First line of a trajectory.

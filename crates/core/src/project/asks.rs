@@ -10,8 +10,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::config::{Config, SandboxSettings};
 use crate::hooks::HookSettings;
-use crate::llm::ModelSpec;
 use crate::mcp::{McpServerConfig, McpTransport};
+use agent_llm::ModelSpec;
 
 use super::files::{ProjectFile, ProjectFiles, MCP_FILE};
 

@@ -102,7 +102,7 @@ impl ProjectFiles {
         for r in &self.refused {
             feed("refused", &r.rel, &r.reason);
         }
-        crate::models::hex(&h.finalize())
+        agent_llm::models::hex(&h.finalize())
     }
 
     /// Every file read, in a fixed order.

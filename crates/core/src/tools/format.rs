@@ -8,7 +8,7 @@ use std::str::FromStr;
 use serde::{Deserialize, Serialize};
 
 use super::{Action, ActionParseError, ToolSpecs};
-use crate::llm::ToolDefinition;
+use agent_llm::ToolDefinition;
 
 /// How the model is asked to write its actions (`--tool-format`, `tool_format` in the config).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]

@@ -17,7 +17,7 @@ use llama_cpp_2::context::LlamaContext;
 use llama_cpp_2::model::{LlamaLoraAdapter, LlamaModel};
 use llama_cpp_sys_2 as sys;
 
-use agent_core::llm::LlmError;
+use agent_llm::LlmError;
 
 /// The llama.cpp adapter's file name in an adapter folder (beside PEFT's files).
 pub const LORA_GGUF_FILE: &str = "adapter-model.gguf";

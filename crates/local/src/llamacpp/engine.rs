@@ -21,7 +21,7 @@ use tokio_util::sync::CancellationToken;
 use super::adapter::Swap;
 use super::text_stream::TextStream;
 use super::{llama_error, load_error, ChatJob, Job, LlamaCppOptions, Loaded, WorkerEvent};
-use agent_core::llm::{
+use agent_llm::{
     CallStats, ChatMessage, ChatResponse, ChatTemplate, FinishReason, LlmError, PromptProgress, Role, SamplingDefaults,
     SamplingParams, ToolDefinition,
 };

@@ -13,7 +13,7 @@ use llama_cpp_2::token::LlamaToken;
 use super::adapter::Swap;
 use super::engine::llama_backend;
 use super::{llama_error, load_error};
-use agent_core::llm::LlmError;
+use agent_llm::LlmError;
 
 /// llama.cpp's tokens of `text` (special tokens parsed, no BOS added) and the logits it
 /// computes at each of them (row i: the distribution of token i + 1), on `threads` CPU

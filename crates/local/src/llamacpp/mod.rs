@@ -20,7 +20,7 @@ use async_trait::async_trait;
 use tokio::sync::mpsc as tokio_mpsc;
 use tokio_util::sync::CancellationToken;
 
-use agent_core::llm::{
+use agent_llm::{
     CallStats, ChatMessage, ChatRequest, ChatResponse, LlmError, ModelBackend, PromptProgress, SamplingParams,
     ToolDefinition,
 };
@@ -53,7 +53,7 @@ pub struct LlamaCppOptions {
     /// session that starts with the same tokens loads it instead of evaluating them again.
     pub prompt_cache_dir: Option<PathBuf>,
     /// Sampling where a request sets none.
-    pub sampling: agent_core::llm::SamplingDefaults,
+    pub sampling: agent_llm::SamplingDefaults,
     /// A LoRA adapter in llama.cpp's GGUF format, applied over the model (what `agent
     /// train` writes as `adapter-model.gguf`).
     pub lora: Option<PathBuf>,

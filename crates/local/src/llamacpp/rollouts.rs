@@ -30,7 +30,7 @@ use tokio::sync::oneshot;
 use super::adapter::Swap;
 use super::engine::llama_backend;
 use super::{llama_error, load_error};
-use agent_core::llm::LlmError;
+use agent_llm::LlmError;
 
 /// Picks the next token from one position's logits.
 pub trait TokenChooser: Send {

@@ -42,7 +42,7 @@ pub(crate) fn byte_to_char() -> [char; 256] {
     map
 }
 
-/// Splits text like Qwen's split pattern ([`agent_core::models::qwen_tokenizer::QWEN_SPLIT_REGEX`]) does (a hand-written scanner over the same
+/// Splits text like Qwen's split pattern ([`agent_llm::models::qwen_tokenizer::QWEN_SPLIT_REGEX`]) does (a hand-written scanner over the same
 /// alternatives, in the same order), for training.
 pub(crate) fn pretokenize(text: &str) -> Vec<&str> {
     let chars: Vec<(usize, char)> = text.char_indices().collect();
@@ -197,9 +197,9 @@ impl Bpe {
         let added: Vec<Value> = ADDED_TOKENS
             .iter()
             .enumerate()
-            .map(|(k, t)| agent_core::models::qwen_tokenizer::added_token(self.len() + k, t.content, t.special))
+            .map(|(k, t)| agent_llm::models::qwen_tokenizer::added_token(self.len() + k, t.content, t.special))
             .collect();
-        agent_core::models::qwen_tokenizer::byte_level_bpe_json(vocab, merges, added)
+        agent_llm::models::qwen_tokenizer::byte_level_bpe_json(vocab, merges, added)
     }
 }
 
@@ -286,7 +286,7 @@ mod tests {
         assert_eq!(added[7]["content"], "<think>");
         assert_eq!(
             j["pre_tokenizer"]["pretokenizers"][0]["pattern"]["Regex"],
-            agent_core::models::qwen_tokenizer::QWEN_SPLIT_REGEX
+            agent_llm::models::qwen_tokenizer::QWEN_SPLIT_REGEX
         );
         assert_eq!(j["decoder"]["type"], "ByteLevel");
     }

@@ -17,7 +17,7 @@ use safetensors::tensor::{Dtype, TensorView};
 use serde_json::{json, Value};
 
 use crate::rng::SplitMix64;
-use agent_core::models::ModelError;
+use agent_llm::models::ModelError;
 use bpe::{Bpe, ADDED_TOKENS};
 
 /// Text the tokenizer's merges are learned from (English, Python, Rust, shell).

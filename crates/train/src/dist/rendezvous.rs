@@ -7,7 +7,7 @@
 use std::net::{SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
 use std::time::{Duration, Instant};
 
-use agent_core::models::{hash_file, hex};
+use agent_llm::models::{hash_file, hex};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 

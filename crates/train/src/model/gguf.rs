@@ -240,14 +240,14 @@ fn tokenizer_json(meta: &Meta) -> Result<(serde_json::Value, HashMap<String, u32
     for (id, text) in tokens.iter().enumerate() {
         let kind = types.get(id).copied().unwrap_or(1);
         if kind == TOKEN_TYPE_CONTROL || kind == TOKEN_TYPE_USER_DEFINED {
-            added.push(agent_core::models::qwen_tokenizer::added_token(id, text, kind == TOKEN_TYPE_CONTROL));
+            added.push(agent_llm::models::qwen_tokenizer::added_token(id, text, kind == TOKEN_TYPE_CONTROL));
             special.insert(text.clone(), id as u32);
         }
         vocab.insert(text.clone(), json!(id));
     }
     // llama.cpp names Qwen's split pattern `qwen2` in `tokenizer.ggml.pre`.
     let merges = merges.into_iter().map(serde_json::Value::String).collect();
-    let tokenizer = agent_core::models::qwen_tokenizer::byte_level_bpe_json(vocab, merges, added);
+    let tokenizer = agent_llm::models::qwen_tokenizer::byte_level_bpe_json(vocab, merges, added);
     Ok((tokenizer, special))
 }
 

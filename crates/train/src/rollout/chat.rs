@@ -5,7 +5,7 @@
 
 use std::sync::Arc;
 
-use agent_core::llm::{ChatMessage, ChatTemplate, LlmError, ToolDefinition};
+use agent_llm::{ChatMessage, ChatTemplate, LlmError, ToolDefinition};
 
 /// Opens a message.
 pub const IM_START: &str = "<|im_start|>";
@@ -59,7 +59,7 @@ pub fn render_prompt(messages: &[ChatMessage]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use agent_core::llm::Role;
+    use agent_llm::Role;
 
     /// The tiny model's template (Qwen3's shape) renders a conversation without tools
     /// byte for byte as ChatML: switching the text-format presets to it changes nothing.

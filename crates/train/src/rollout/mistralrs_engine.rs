@@ -18,7 +18,7 @@ use super::engine::RolloutSampler;
 use super::sampler::{sample, GenerateRequest, Generated};
 use crate::error::TrainError;
 use crate::model::{peft, Qwen3};
-use agent_core::llm::LocalModelOptions;
+use agent_llm::LocalModelOptions;
 use agent_local::LocalBackend;
 
 /// The loaded policy and where its folder is.

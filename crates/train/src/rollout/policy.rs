@@ -14,7 +14,7 @@ use tokio_util::sync::CancellationToken;
 use super::chat::{PromptRenderer, IM_END};
 use super::engine::RolloutSampler;
 use super::sampler::GenerateRequest;
-use agent_core::llm::{ChatRequest, ChatResponse, FinishReason, LlmError, ModelBackend};
+use agent_llm::{ChatRequest, ChatResponse, FinishReason, LlmError, ModelBackend};
 use agent_protocol::TokenUsage;
 
 /// A run of tokens that forms one training sequence.
@@ -284,7 +284,7 @@ mod cut_tests {
     use std::collections::HashMap;
     use std::sync::{Arc, Mutex};
 
-    use agent_core::llm::{ChatMessage, ChatRequest, ModelBackend, Role};
+    use agent_llm::{ChatMessage, ChatRequest, ModelBackend, Role};
     use async_trait::async_trait;
     use tokenizers::models::wordlevel::WordLevel;
     use tokenizers::pre_tokenizers::whitespace::WhitespaceSplit;

@@ -3,12 +3,12 @@
 
 use super::{PlannedCall, Session};
 use crate::episode::stuck::loop_warning;
-use crate::llm::ChatMessage;
-use crate::llm::ChatResponse;
 use crate::tools::{
     no_native_call_error, parse_actions, parse_native_call, untagged_json_calls, write_call, ActionParseError,
     ToolFormat,
 };
+use agent_llm::ChatMessage;
+use agent_llm::ChatResponse;
 
 impl Session {
     /// The actions of a reply in order. In the native format each gets the id of the call

@@ -8,7 +8,7 @@ use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
 use super::{race, Session};
-use crate::llm::{estimate_tokens, ChatMessage, FinishReason, ModelBackend, Role};
+use agent_llm::{estimate_tokens, ChatMessage, FinishReason, ModelBackend, Role};
 use agent_protocol::Event;
 
 impl Session {
@@ -109,7 +109,7 @@ const PROGRESS_POLL: Duration = Duration::from_millis(250);
 pub(super) async fn with_prompt_progress<T>(
     call: impl Future<Output = T>,
     model: &dyn ModelBackend,
-    mut report: impl FnMut(crate::llm::PromptProgress),
+    mut report: impl FnMut(agent_llm::PromptProgress),
 ) -> T {
     tokio::pin!(call);
     let mut tick = tokio::time::interval(PROGRESS_POLL);

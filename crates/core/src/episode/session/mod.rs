@@ -11,10 +11,8 @@ use tokio::task::JoinHandle;
 
 use crate::config::EpisodeLimits;
 use crate::hooks::Hooks;
-use crate::llm::{
-    ChatMessage, ChatRequest, FinishReason, LlmError, ModelBackend, Role, SamplingParams, ToolDefinition,
-};
 use crate::tools::{unwrap_observation, Action, ActionParseError, ToolFormat, ToolSpecs};
+use agent_llm::{ChatMessage, ChatRequest, FinishReason, LlmError, ModelBackend, Role, SamplingParams, ToolDefinition};
 use agent_protocol::{ApprovalMode, EndReason, Event, Op, TokenUsage};
 
 use super::executor::ToolExecutor;

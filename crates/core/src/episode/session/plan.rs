@@ -7,8 +7,8 @@
 use serde_json::json;
 
 use super::Session;
-use crate::llm::ToolDefinition;
 use crate::tools::Action;
+use agent_llm::ToolDefinition;
 use agent_protocol::{ApprovalMode, Event, Op};
 
 /// Told to the model with each prompt while plan mode is on.

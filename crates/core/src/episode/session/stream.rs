@@ -13,7 +13,7 @@ use super::context::with_prompt_progress;
 use super::{Flags, Session};
 use crate::episode::stream_loop::{LoopCut, StreamLoopDetector};
 use crate::episode::trajectory::TurnRecord;
-use crate::llm::{estimate_tokens, ChatMessage, ChatRequest, ChatResponse, FinishReason, LlmError};
+use agent_llm::{estimate_tokens, ChatMessage, ChatRequest, ChatResponse, FinishReason, LlmError};
 use agent_protocol::{Event, Op, TokenUsage};
 
 /// A reply as the loop keeps it.

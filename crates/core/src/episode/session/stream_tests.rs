@@ -9,8 +9,8 @@ use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver};
 
 use super::*;
 use crate::episode::TrajectoryWriter;
-use crate::llm::{ModelBackend, Role, ScriptedBackend};
 use crate::tools::{untagged_json_calls, ToolSpecs};
+use agent_llm::{ModelBackend, Role, ScriptedBackend};
 
 const INTRO: &str = "I'll change `mean()` so that it returns 0.0 for an empty list.\n";
 const BLOCK: &str = "```json\n{\"name\": \"bash\", \"arguments\": {\"cmd\": \"python3 /workspace/stats.py\"}}\n```\n";

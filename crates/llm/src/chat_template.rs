@@ -268,7 +268,7 @@ fn strftime(format: &str, unix_secs: u64) -> String {
         "December",
     ];
     const DAYS: [&str; 7] = ["Thursday", "Friday", "Saturday", "Sunday", "Monday", "Tuesday", "Wednesday"];
-    let (y, m, d) = crate::episode::civil_date(unix_secs);
+    let (y, m, d) = crate::date::civil_date(unix_secs);
     let month = MONTHS[usize::try_from(m - 1).unwrap_or(0).min(11)];
     let weekday = DAYS[((unix_secs / 86_400) % 7) as usize];
     let mut out = String::new();
@@ -297,7 +297,7 @@ fn strftime(format: &str, unix_secs: u64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::llm::ToolCall;
+    use crate::ToolCall;
 
     /// Qwen2.5's template (as in the Qwen2.5-Coder GGUF files), the tool parts verbatim.
     pub(crate) const QWEN25: &str = r#"{%- if tools %}

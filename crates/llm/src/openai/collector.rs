@@ -6,7 +6,7 @@ use std::time::Instant;
 use serde_json::Value;
 
 use super::stream::{first_choice, token_ids};
-use crate::llm::{estimate_tokens, ChatResponse, FinishReason, ToolCall};
+use crate::{estimate_tokens, ChatResponse, FinishReason, ToolCall};
 use agent_protocol::TokenUsage;
 
 /// What one attempt has received so far.

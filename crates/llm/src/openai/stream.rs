@@ -6,10 +6,11 @@ use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
 use super::collector::Collector;
-use super::retry::{trim_body, Failure};
+use super::retry::trim_body;
 use super::OpenAiBackend;
-use crate::llm::sse::{SseDecoder, SseEvent};
-use crate::llm::{ChatResponse, FinishReason, LlmError};
+use crate::retry::Failure;
+use crate::sse::{SseDecoder, SseEvent};
+use crate::{ChatResponse, FinishReason, LlmError};
 
 impl OpenAiBackend {
     /// Reads an SSE stream of `chat.completion.chunk` objects.

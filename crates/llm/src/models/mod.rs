@@ -8,12 +8,14 @@ pub mod catalog;
 pub mod default_model;
 mod fetch;
 pub mod hf_cache;
+pub mod progress;
 pub mod pull;
 pub mod qwen_tokenizer;
 
 use std::path::{Path, PathBuf};
 
 pub use fetch::hash_file;
+pub use progress::{Progress, PullProgress};
 
 /// Environment variable that replaces the cache root (`dirs::cache_dir()/agent`).
 pub const CACHE_DIR_ENV: &str = "AGENT_CACHE_DIR";

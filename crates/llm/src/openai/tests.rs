@@ -7,7 +7,7 @@ use super::request::f32_json;
 use super::retry::trim_body;
 use super::stream::{map_finish_reason, token_ids};
 use super::{is_loopback, OpenAiBackend, OpenAiConfig};
-use crate::llm::{ChatMessage, ChatRequest, FinishReason, LlmError, Role, SamplingParams, ToolCall, ToolDefinition};
+use crate::{ChatMessage, ChatRequest, FinishReason, LlmError, Role, SamplingParams, ToolCall, ToolDefinition};
 
 fn backend(stream: bool) -> OpenAiBackend {
     let mut cfg = OpenAiConfig::new("http://127.0.0.1:9/v1/", "m");
@@ -131,9 +131,9 @@ fn streamed_tool_calls_are_joined_by_index() {
 #[test]
 fn backoff_grows_and_is_capped() {
     let mut cfg = OpenAiConfig::new("http://127.0.0.1:9/v1", "m");
-    cfg.initial_backoff = Duration::from_millis(500);
-    cfg.max_backoff = Duration::from_secs(4);
-    let b = OpenAiBackend::new(cfg).unwrap();
+    cfg.retry.initial_backoff = Duration::from_millis(500);
+    cfg.retry.max_backoff = Duration::from_secs(4);
+    let b = OpenAiBackend::new(cfg).unwrap().cfg.retry;
     let d0 = b.backoff(0);
     assert!(d0 >= Duration::from_millis(500) && d0 <= Duration::from_millis(625), "{d0:?}");
     let d1 = b.backoff(1);

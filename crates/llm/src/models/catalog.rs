@@ -8,7 +8,7 @@
 //! the official file on the hub, so either route gives the same bytes.
 
 /// The built-in model that `default` means on a machine without a GPU (with a CUDA
-/// build and a GPU, `default` is Qwen3-32B instead; see `crate::llm::ModelSpec`).
+/// build and a GPU, `default` is Qwen3-32B instead; see `crate::ModelSpec`).
 pub const CPU_DEFAULT: &str = QWEN25_CODER_15B.name;
 
 /// The spec name that stands for the default model.

@@ -1,20 +1,16 @@
 //! One HTTP exchange: the JSON body of a chat request, sending it, and the handling of
 //! the response status before the reply is read.
 
-use std::time::Duration;
-
 use std::collections::HashSet;
 
 use serde_json::{Map, Value};
 use tokio_util::sync::CancellationToken;
 
 use super::collector::Collector;
-use super::retry::{trim_body, Failure};
+use super::retry::trim_body;
 use super::OpenAiBackend;
-use crate::llm::{ChatMessage, ChatRequest, ChatResponse, FinishReason, LlmError, Role};
-
-/// Longest wait a `Retry-After` header can impose.
-const MAX_RETRY_AFTER: Duration = Duration::from_secs(60);
+use crate::retry::Failure;
+use crate::{ChatMessage, ChatRequest, ChatResponse, FinishReason, LlmError, Role};
 
 impl OpenAiBackend {
     /// The JSON body of a request.
@@ -96,12 +92,7 @@ impl OpenAiBackend {
         };
         let status = resp.status();
         if !status.is_success() {
-            let retry_after = resp
-                .headers()
-                .get(reqwest::header::RETRY_AFTER)
-                .and_then(|v| v.to_str().ok())
-                .and_then(|v| v.trim().parse::<u64>().ok())
-                .map(|s| Duration::from_secs(s).min(MAX_RETRY_AFTER));
+            let retry_after = crate::retry::retry_after(resp.headers());
             let text = tokio::select! {
                 biased;
                 _ = cancel.cancelled() => return Ok(out.finish(FinishReason::Cancelled, on_delta)),

@@ -4,8 +4,8 @@
 
 use std::time::Duration;
 
+use crate::retry::{AfterFailure, Failure, RetryPolicy};
 use async_trait::async_trait;
-use rand::Rng;
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
@@ -29,16 +29,14 @@ pub struct AnthropicConfig {
     /// Longest wait for one response.
     pub timeout: Duration,
     /// Retries after 429, 529, 5xx and connection errors.
-    pub max_retries: u32,
-    /// The first retry delay; it doubles each time.
-    pub initial_backoff: Duration,
+    pub retry: RetryPolicy,
     /// `max_tokens` when the request sets none (the API requires one).
     pub default_max_tokens: u32,
 }
 
 impl AnthropicConfig {
     /// Defaults for `model`: the base URL from `ANTHROPIC_BASE_URL` or the public API,
-    /// the key from `ANTHROPIC_API_KEY`, 120 s timeout, 3 retries from 1 s.
+    /// the key from `ANTHROPIC_API_KEY`, 120 s timeout, 3 retries from 1 s capped at 16 s.
     pub fn new(model: impl Into<String>) -> Self {
         let base_url = std::env::var("ANTHROPIC_BASE_URL")
             .ok()
@@ -49,8 +47,7 @@ impl AnthropicConfig {
             model: model.into(),
             api_key_env: "ANTHROPIC_API_KEY".into(),
             timeout: Duration::from_secs(120),
-            max_retries: 3,
-            initial_backoff: Duration::from_secs(1),
+            retry: RetryPolicy::new(3, Duration::from_secs(1), Duration::from_secs(16)),
             default_max_tokens: 2048,
         }
     }
@@ -124,11 +121,9 @@ impl AnthropicBackend {
         body
     }
 
-    /// One attempt: `Ok(Err(..))` is worth a retry (with the server's `retry-after`).
-    async fn attempt(
-        &self,
-        body: &serde_json::Value,
-    ) -> Result<Result<ChatResponse, (LlmError, Option<Duration>)>, LlmError> {
+    /// One attempt.
+    async fn attempt(&self, body: &serde_json::Value) -> Result<ChatResponse, Failure> {
+        let retryable = |error| Failure::Retryable { error, retry_after: None };
         let sent = self
             .client
             .post(&self.url)
@@ -140,34 +135,28 @@ impl AnthropicBackend {
         let resp = match sent {
             Ok(r) => r,
             Err(e) if e.is_timeout() => {
-                let error = LlmError::Timeout { url: self.url.clone(), secs: self.cfg.timeout.as_secs() };
-                return Ok(Err((error, None)));
+                return Err(retryable(LlmError::Timeout { url: self.url.clone(), secs: self.cfg.timeout.as_secs() }))
             }
-            Err(e) => return Ok(Err((LlmError::Unreachable { url: self.url.clone(), reason: e.to_string() }, None))),
+            Err(e) => return Err(retryable(LlmError::Unreachable { url: self.url.clone(), reason: e.to_string() })),
         };
         let status = resp.status().as_u16();
-        let retry_after = resp
-            .headers()
-            .get("retry-after")
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.trim().parse::<f64>().ok())
-            .map(|s| Duration::from_secs_f64(s.clamp(0.0, 60.0)));
+        let retry_after = crate::retry::retry_after(resp.headers());
         let text = match resp.text().await {
             Ok(t) => t,
             Err(e) if e.is_timeout() => {
-                return Ok(Err((LlmError::Timeout { url: self.url.clone(), secs: self.cfg.timeout.as_secs() }, None)))
+                return Err(retryable(LlmError::Timeout { url: self.url.clone(), secs: self.cfg.timeout.as_secs() }))
             }
-            Err(e) => return Ok(Err((LlmError::Unreachable { url: self.url.clone(), reason: e.to_string() }, None))),
+            Err(e) => return Err(retryable(LlmError::Unreachable { url: self.url.clone(), reason: e.to_string() })),
         };
         if status != 200 {
             let error = LlmError::Http { url: self.url.clone(), status, body: text.chars().take(300).collect() };
-            return if status == 429 || status == 529 || status >= 500 {
-                Ok(Err((error, retry_after)))
+            return Err(if status == 429 || status == 529 || status >= 500 {
+                Failure::Retryable { error, retry_after }
             } else {
-                Err(error)
-            };
+                Failure::Fatal(error)
+            });
         }
-        parse_response(&text).map(Ok).map_err(|reason| LlmError::BadResponse { url: self.url.clone(), reason })
+        parse_response(&text).map_err(|reason| Failure::Fatal(LlmError::BadResponse { url: self.url.clone(), reason }))
     }
 }
 
@@ -263,37 +252,34 @@ impl ModelBackend for AnthropicBackend {
         cancel: &CancellationToken,
     ) -> Result<ChatResponse, LlmError> {
         let body = self.body(request);
-        let mut retries = 0;
+        let mut retries = self.cfg.retry.start();
+        // As every backend: a cancel is an answer that finished `Cancelled`, not an error.
+        let cancelled = || ChatResponse {
+            text: String::new(),
+            finish_reason: FinishReason::Cancelled,
+            usage: TokenUsage::default(),
+            completion_token_ids: None,
+            prompt_token_ids: None,
+            decode_tokens_per_sec: None,
+            tool_calls: Vec::new(),
+        };
         loop {
             let outcome = tokio::select! {
                 biased;
-                _ = cancel.cancelled() => return Err(LlmError::Cancelled),
-                outcome = self.attempt(&body) => outcome.map_err(|e| e.redact(Some(&self.api_key)))?,
+                _ = cancel.cancelled() => return Ok(cancelled()),
+                outcome = self.attempt(&body) => outcome,
             };
-            let outcome = outcome.map_err(|(e, retry_after)| (e.redact(Some(&self.api_key)), retry_after));
-            match outcome {
+            let failure = match outcome {
                 Ok(resp) => {
                     on_delta(&resp.text);
                     return Ok(resp);
                 }
-                Err((error, retry_after)) => {
-                    if retries >= self.cfg.max_retries {
-                        return Err(error);
-                    }
-                    let base = self.cfg.initial_backoff.saturating_mul(2u32.saturating_pow(retries.min(10)));
-                    let delay =
-                        retry_after.unwrap_or_else(|| base.mul_f64(1.0 + rand::thread_rng().gen_range(0.0..0.25)));
-                    retries += 1;
-                    tracing::warn!(
-                        "Anthropic request failed ({error}); retry {retries} in {:.1} s",
-                        delay.as_secs_f64()
-                    );
-                    tokio::select! {
-                        biased;
-                        _ = cancel.cancelled() => return Err(LlmError::Cancelled),
-                        _ = tokio::time::sleep(delay) => {}
-                    }
-                }
+                Err(f) => f.redact(Some(&self.api_key)),
+            };
+            match retries.after(failure, "Anthropic request", cancel).await {
+                AfterFailure::Retry => {}
+                AfterFailure::GiveUp(error) => return Err(error),
+                AfterFailure::Cancelled => return Ok(cancelled()),
             }
         }
     }
@@ -302,7 +288,7 @@ impl ModelBackend for AnthropicBackend {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::llm::{ChatMessage, SamplingParams};
+    use crate::{ChatMessage, SamplingParams};
 
     #[test]
     fn reads_a_messages_response() {

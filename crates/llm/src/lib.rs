@@ -1,12 +1,20 @@
-//! Model backends behind one trait ([`ModelBackend`]): an OpenAI-compatible HTTP client,
-//! Anthropic's Messages API and a scripted replayer, and how a model spec becomes a backend
-//! ([`ModelSpec`], [`LocalLoader`]). In-process engines live in `agent-local`.
+//! Models, below the agent: the [`ModelBackend`] trait with an OpenAI-compatible HTTP
+//! client, Anthropic's Messages API and a scripted replayer; how a model spec becomes a
+//! backend ([`ModelSpec`], [`resolve_model`], the [`LocalLoader`] that `agent-local`
+//! implements); the chat templates; and the built-in model files ([`models`]: catalog,
+//! download, cache).
+//!
+//! Nothing here prints: a download reports through [`models::Progress`], a failed call
+//! through its error and `tracing`.
 
 mod anthropic;
 mod chat_template;
+pub mod date;
 mod local_options;
+pub mod models;
 mod openai;
 mod resolve;
+pub mod retry;
 mod scripted;
 mod spec;
 mod sse;
@@ -20,6 +28,7 @@ pub use chat_template::ChatTemplate;
 pub use local_options::{LocalEngine, LocalModelOptions};
 pub use openai::{OpenAiBackend, OpenAiConfig};
 pub use resolve::{resolve_model, LocalLoader, ResolveOptions};
+pub use retry::RetryPolicy;
 pub use scripted::ScriptedBackend;
 pub use spec::ModelSpec;
 pub use stats::CallStats;

@@ -297,7 +297,7 @@ impl ModelBackend for ScriptedBackend {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::llm::{ChatMessage, Role};
+    use crate::{ChatMessage, Role};
 
     fn req() -> ChatRequest {
         ChatRequest { messages: vec![ChatMessage::new(Role::User, "hello there")], ..Default::default() }

@@ -15,8 +15,9 @@ use async_trait::async_trait;
 use tokio_util::sync::CancellationToken;
 
 use super::{estimate_tokens, ChatRequest, ChatResponse, FinishReason, LlmError, ModelBackend};
+use crate::retry::{AfterFailure, RetryPolicy};
 use collector::Collector;
-use retry::{error_chain, Failure};
+use retry::error_chain;
 
 /// Settings of an [`OpenAiBackend`].
 #[derive(Debug, Clone, PartialEq)]
@@ -35,13 +36,9 @@ pub struct OpenAiConfig {
     pub idle_timeout: Duration,
     /// Retries after connection errors, HTTP 429 and 5xx (never once output has been
     /// streamed).
-    pub max_retries: u32,
+    pub retry: RetryPolicy,
     /// Whether to stream the reply (SSE) or wait for the whole answer.
     pub stream: bool,
-    /// The first retry delay; it doubles on each further retry (plus jitter).
-    pub initial_backoff: Duration,
-    /// The cap of the retry delay.
-    pub max_backoff: Duration,
     /// Asks the server for the sampled token ids (`"return_token_ids": true`, a vLLM
     /// extension that strict servers reject). Ids are read whenever the server sends
     /// them, whatever this says.
@@ -58,10 +55,8 @@ impl OpenAiConfig {
             api_key_env: None,
             connect_timeout: Duration::from_secs(10),
             idle_timeout: Duration::from_secs(180),
-            max_retries: 3,
+            retry: RetryPolicy::new(3, Duration::from_millis(500), Duration::from_secs(8)),
             stream: true,
-            initial_backoff: Duration::from_millis(500),
-            max_backoff: Duration::from_secs(8),
             return_token_ids: false,
         }
     }
@@ -156,33 +151,17 @@ impl ModelBackend for OpenAiBackend {
     ) -> Result<ChatResponse, LlmError> {
         let body = self.request_body(request);
         let prompt_estimate: u64 = request.messages.iter().map(|m| estimate_tokens(&m.content)).sum();
-        let mut retries = 0;
+        let mut retries = self.cfg.retry.start();
         loop {
-            match self
-                .attempt(&body, prompt_estimate, on_delta, cancel)
-                .await
-                .map_err(|f| f.redact(self.api_key.as_deref()))
-            {
+            let failure = match self.attempt(&body, prompt_estimate, on_delta, cancel).await {
                 Ok(resp) => return Ok(resp),
-                Err(Failure::Fatal(error)) => return Err(error),
-                Err(Failure::Retryable { error, retry_after }) => {
-                    if retries >= self.cfg.max_retries {
-                        return Err(error);
-                    }
-                    let delay = retry_after.unwrap_or_else(|| self.backoff(retries));
-                    retries += 1;
-                    tracing::warn!(
-                        "model request failed ({error}); retry {retries}/{} in {:.1} s",
-                        self.cfg.max_retries,
-                        delay.as_secs_f64()
-                    );
-                    tokio::select! {
-                        biased;
-                        _ = cancel.cancelled() => {
-                            return Ok(Collector::new(prompt_estimate).finish(FinishReason::Cancelled, on_delta));
-                        }
-                        _ = tokio::time::sleep(delay) => {}
-                    }
+                Err(f) => f.redact(self.api_key.as_deref()),
+            };
+            match retries.after(failure, "model request", cancel).await {
+                AfterFailure::Retry => {}
+                AfterFailure::GiveUp(error) => return Err(error),
+                AfterFailure::Cancelled => {
+                    return Ok(Collector::new(prompt_estimate).finish(FinishReason::Cancelled, on_delta))
                 }
             }
         }

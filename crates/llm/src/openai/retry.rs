@@ -1,45 +1,14 @@
-//! Failures of one attempt: which are worth a retry and after what delay, and readable
-//! descriptions of transport errors and error bodies.
-
-use std::time::Duration;
-
-use rand::Rng;
+//! How one attempt's failures are classed for the retry policy ([`crate::retry`]), and
+//! readable descriptions of transport errors and error bodies.
 
 use super::OpenAiBackend;
-use crate::llm::LlmError;
+use crate::retry::Failure;
+use crate::LlmError;
 
 /// How many characters of an error body go into [`LlmError::Http`].
 const ERROR_BODY_CHARS: usize = 300;
 
-/// How one attempt failed.
-pub(super) enum Failure {
-    /// Worth another attempt (nothing was streamed to the caller yet).
-    Retryable { error: LlmError, retry_after: Option<Duration> },
-    /// Final.
-    Fatal(LlmError),
-}
-
-impl Failure {
-    /// The failure with the API key taken out of its text (see [`LlmError::redact`]).
-    pub(super) fn redact(self, secret: Option<&str>) -> Failure {
-        match self {
-            Failure::Retryable { error, retry_after } => {
-                Failure::Retryable { error: error.redact(secret), retry_after }
-            }
-            Failure::Fatal(error) => Failure::Fatal(error.redact(secret)),
-        }
-    }
-}
-
 impl OpenAiBackend {
-    /// The delay before retry number `attempt + 1`.
-    pub(super) fn backoff(&self, attempt: u32) -> Duration {
-        let base = self.cfg.initial_backoff.saturating_mul(2u32.saturating_pow(attempt.min(20)));
-        let base = base.min(self.cfg.max_backoff);
-        let jitter = rand::thread_rng().gen_range(0.0..0.25);
-        base.mul_f64(1.0 + jitter).min(self.cfg.max_backoff.max(self.cfg.initial_backoff))
-    }
-
     pub(super) fn timeout_error(&self) -> LlmError {
         LlmError::Timeout { url: self.url.clone(), secs: self.cfg.idle_timeout.as_secs_f64().ceil().max(1.0) as u64 }
     }

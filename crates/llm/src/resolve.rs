@@ -27,8 +27,8 @@ pub struct ResolveOptions {
     pub api_key_env: Option<String>,
     /// Loading options of local models.
     pub local: LocalModelOptions,
-    /// Show a progress bar while the default model downloads.
-    pub progress: bool,
+    /// Where a model download reports its progress (hidden by default).
+    pub progress: crate::models::Progress,
     /// What loads local models; `None` in a program built without an inference engine,
     /// where local specs are refused with a hint.
     pub engines: Option<Arc<dyn LocalLoader>>,
@@ -110,7 +110,7 @@ mod tests {
 
     #[test]
     fn engine_names_parse() {
-        use crate::llm::LocalEngine;
+        use crate::LocalEngine;
         assert_eq!("llama.cpp".parse::<LocalEngine>().unwrap(), LocalEngine::LlamaCpp);
         assert_eq!("llamacpp".parse::<LocalEngine>().unwrap(), LocalEngine::LlamaCpp);
         assert_eq!("mistral.rs".parse::<LocalEngine>().unwrap(), LocalEngine::MistralRs);

