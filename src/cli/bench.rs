@@ -107,33 +107,33 @@ pub async fn run(args: BenchArgs, mut config: Config) -> anyhow::Result<u8> {
         allow_cap_add: args.allow_cap_add,
         hooks,
     };
-    let plan = agent_bench::plan(&opts)?;
+    let schedule = agent_bench::schedule(&opts)?;
     let docker = agent_sandbox::connect().await?;
     sweep_orphans(&docker).await;
-    eprintln!("● run {} → {}", plan.run_id, plan.run_dir.display());
+    eprintln!("● run {} → {}", schedule.run_id, schedule.run_dir.display());
     let started = Instant::now();
     let notice = |n: String| eprintln!("● {n}");
     let outcome = tokio::select! {
-        r = agent_bench::run_bench(&plan, &opts, &config, &docker, &notice) => r,
+        r = agent_bench::run_bench(&schedule, &opts, &config, &docker, &notice) => r,
         sig = signals.recv() => {
             eprintln!("● signal received: removing this run's containers and networks");
             agent_sandbox::cleanup_registered(&docker).await;
-            agent_sandbox::remove_run_settled(&docker, &plan.run_id).await;
-            eprintln!("● finished trials are kept; continue with: agent bench --resume --output {}", plan.run_dir.display());
+            agent_sandbox::remove_run_settled(&docker, &schedule.run_id).await;
+            eprintln!("● finished trials are kept; continue with: agent bench --resume --output {}", schedule.run_dir.display());
             return Ok(Signals::exit_code(sig));
         }
     };
     let results = match outcome {
         Ok(r) => r,
         Err(e) => {
-            agent_sandbox::remove_run_settled(&docker, &plan.run_id).await;
+            agent_sandbox::remove_run_settled(&docker, &schedule.run_id).await;
             return Err(e.into());
         }
     };
-    let report = plan.run_dir.join("report.html");
+    let report = schedule.run_dir.join("report.html");
     agent_bench::results::write_atomic(&report, agent_bench::report::html_report(&results).as_bytes())?;
     print!("{}", agent_bench::report::summary_table(&results, Some(started.elapsed().as_secs_f64())));
-    println!("results: {}\nreport:  {}", plan.run_dir.join("results.json").display(), report.display());
+    println!("results: {}\nreport:  {}", schedule.run_dir.join("results.json").display(), report.display());
     Ok(0)
 }
 

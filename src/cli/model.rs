@@ -82,7 +82,7 @@ pub async fn run(cmd: ModelCommand) -> anyhow::Result<u8> {
     match cmd {
         ModelCommand::Logits { model, lora, tokens } => {
             let opts = agent_llm::LocalModelOptions { force_cpu: true, lora, ..Default::default() };
-            let backend = agent_local::LocalBackend::load(&model, &opts).await?;
+            let backend = agent_local::MistralRsBackend::load(&model, &opts).await?;
             let logits = backend.next_token_logits(tokens).await?;
             println!("{}", serde_json::to_string(&logits)?);
             Ok(0)

@@ -9,7 +9,7 @@ use clap::Args;
 
 use agent_core::config::Config;
 use agent_train::dist::{Collective, WorldEnv};
-use agent_train::plan::MemoryPlan;
+use agent_train::memory_plan::MemoryPlan;
 use agent_train::preset::{LoraSection, Preset, RolloutEngine};
 use agent_train::TrainOptions;
 

@@ -5,7 +5,7 @@ use std::process::Command;
 
 use agent_llm::{ChatMessage, ChatRequest, FinishReason, LocalModelOptions, ModelBackend, Role, SamplingParams};
 use agent_local::tiny_qwen3::{write_tiny_qwen3, TinyQwen3Config};
-use agent_local::LocalBackend;
+use agent_local::MistralRsBackend;
 use tokio_util::sync::CancellationToken;
 
 use crate::support;
@@ -33,7 +33,7 @@ fn request(max_tokens: u32) -> ChatRequest {
 async fn tiny_qwen3_loads_offline_and_greedy_decoding_is_deterministic() {
     let dir = tiny_model();
     let opts = LocalModelOptions { force_cpu: true, ..Default::default() };
-    let model = LocalBackend::load(dir.path(), &opts).await.unwrap();
+    let model = MistralRsBackend::load(dir.path(), &opts).await.unwrap();
     let cancel = CancellationToken::new();
     let mut deltas = 0;
     let a = model.chat(&request(24), &mut |_| deltas += 1, &cancel).await.unwrap();
@@ -48,7 +48,7 @@ async fn tiny_qwen3_loads_offline_and_greedy_decoding_is_deterministic() {
 async fn interrupt_stops_generation_and_the_model_stays_usable() {
     let dir = tiny_model();
     let opts = LocalModelOptions { force_cpu: true, ..Default::default() };
-    let model = LocalBackend::load(dir.path(), &opts).await.unwrap();
+    let model = MistralRsBackend::load(dir.path(), &opts).await.unwrap();
     let mut req = request(100_000);
     req.sampling.temperature = Some(1.0);
     let (r, seen) = support::chat_cancelled_after(&model, &req, 3).await;

@@ -168,7 +168,7 @@ async fn a_trained_adapter_gives_the_same_logits_through_mistral_rs() {
     let ours = last.matmul(&model.head_weight().t().unwrap()).unwrap().flatten_all().unwrap().to_vec1::<f32>().unwrap();
 
     let opts = agent_llm::LocalModelOptions { force_cpu: true, lora: Some(adapter.clone()), ..Default::default() };
-    let engine = agent_local::LocalBackend::load(&base, &opts).await.unwrap();
+    let engine = agent_local::MistralRsBackend::load(&base, &opts).await.unwrap();
     let theirs = engine.next_token_logits(ids.clone()).await.unwrap();
     assert_eq!(ours.len(), theirs.len());
     let diff = ours.iter().zip(&theirs).map(|(a, b)| (a - b).abs()).fold(0.0f32, f32::max);

@@ -31,7 +31,7 @@ pub use error::{BenchError, EnvError, ImageError, TaskError, VerifyError};
 pub use hostenv::HostEnv;
 pub use images::ImageCache;
 pub use results::{FailureMode, ResultsFile, TrialRecord};
-pub use run::{plan, run_bench, BenchOptions, RunPlan};
+pub use run::{run_bench, schedule, BenchOptions, RunSchedule};
 pub use task::{discover, BenchTask, Layout, TaskEntry};
 pub use trial::{run_trial_with, TrialContext};
 pub use verify::Verifier;

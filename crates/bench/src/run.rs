@@ -48,7 +48,7 @@ pub struct BenchOptions {
 /// The run's directory and id, decided before anything starts (the CLI needs them
 /// to clean up after a signal).
 #[derive(Debug, Clone)]
-pub struct RunPlan {
+pub struct RunSchedule {
     pub run_id: String,
     pub run_dir: PathBuf,
     pub manifest: RunManifest,
@@ -66,7 +66,7 @@ fn timestamp(unix_secs: u64) -> String {
 }
 
 /// Decides the run id and directory; with `resume`, reads the earlier manifest.
-pub fn plan(opts: &BenchOptions) -> Result<RunPlan, BenchError> {
+pub fn schedule(opts: &BenchOptions) -> Result<RunSchedule, BenchError> {
     if opts.resume {
         let run_dir = match (&opts.output, &opts.run_id) {
             (Some(dir), _) => dir.clone(),
@@ -74,7 +74,7 @@ pub fn plan(opts: &BenchOptions) -> Result<RunPlan, BenchError> {
             (None, None) => return Err(BenchError::Usage("--resume needs --run-id ID or --output DIR".into())),
         };
         let manifest = load_manifest(&run_dir)?;
-        return Ok(RunPlan { run_id: manifest.run_id.clone(), run_dir, manifest });
+        return Ok(RunSchedule { run_id: manifest.run_id.clone(), run_dir, manifest });
     }
     if opts.tasks.is_empty() {
         return Err(BenchError::Usage("no tasks given (pass task directories or directories of tasks)".into()));
@@ -101,18 +101,18 @@ pub fn plan(opts: &BenchOptions) -> Result<RunPlan, BenchError> {
         tasks: opts.tasks.clone(),
         created_unix_ms: now_ms(),
     };
-    Ok(RunPlan { run_id, run_dir, manifest })
+    Ok(RunSchedule { run_id, run_dir, manifest })
 }
 
-/// Runs (or continues) the planned run; returns the aggregate results.
+/// Runs (or continues) the scheduled run; returns the aggregate results.
 pub async fn run_bench(
-    plan: &RunPlan,
+    schedule: &RunSchedule,
     opts: &BenchOptions,
     config: &Config,
     docker: &Engine,
     notice: &(dyn Fn(String) + Sync),
 ) -> Result<ResultsFile, BenchError> {
-    let m = &plan.manifest;
+    let m = &schedule.manifest;
     let mut entries = discover(&m.tasks)?;
     if opts.timeout_multiplier != 1.0 {
         for task in entries.iter_mut().filter_map(|e| e.task.as_mut().ok()) {
@@ -120,12 +120,12 @@ pub async fn run_bench(
             task.test_timeout = task.test_timeout.mul_f64(opts.timeout_multiplier);
         }
     }
-    std::fs::create_dir_all(&plan.run_dir).map_err(|e| BenchError::io(&plan.run_dir, e))?;
+    std::fs::create_dir_all(&schedule.run_dir).map_err(|e| BenchError::io(&schedule.run_dir, e))?;
     if !opts.resume {
-        results::write_json(&plan.run_dir.join("run.json"), m)?;
+        results::write_json(&schedule.run_dir.join("run.json"), m)?;
     }
     // Containers and networks of an earlier, killed invocation of this run.
-    let left = remove_run_settled(docker, &plan.run_id).await;
+    let left = remove_run_settled(docker, &schedule.run_id).await;
     if left.any() {
         notice(format!(
             "removed {} container(s), {} network(s) and {} volume(s) left by an interrupted invocation of this run",
@@ -148,14 +148,14 @@ pub async fn run_bench(
     }
     let ctx = Arc::new(TrialContext {
         docker: docker.clone(),
-        run_dir: plan.run_dir.clone(),
+        run_dir: schedule.run_dir.clone(),
         agent: m.agent,
         model,
         config: config.clone(),
         images: Arc::new(ImageCache::new(docker.clone(), &config.image_map, opts.host.build_env())),
         env: EnvSettings {
             allow_cap_add: opts.allow_cap_add,
-            ..EnvSettings::from_config(config, &plan.run_id, opts.host.extra_hosts.clone())
+            ..EnvSettings::from_config(config, &schedule.run_id, opts.host.extra_hosts.clone())
         },
         verifier,
         hooks: opts.hooks.clone(),
@@ -166,7 +166,7 @@ pub async fn run_bench(
     let entries: Vec<Arc<TaskEntry>> = entries.into_iter().map(Arc::new).collect();
     for attempt in 0..m.attempts {
         for e in &entries {
-            match load_trial(&plan.run_dir, &e.name, attempt) {
+            match load_trial(&schedule.run_dir, &e.name, attempt) {
                 Some(rec) => done.push(rec),
                 None => todo.push((e.clone(), attempt)),
             }
@@ -184,7 +184,7 @@ pub async fn run_bench(
     }))
     .buffer_unordered(opts.concurrency.max(1));
     while let Some(rec) = stream.next().await {
-        save_trial(&plan.run_dir, &rec)?;
+        save_trial(&schedule.run_dir, &rec)?;
         resolved += rec.resolved as usize;
         let mark = if rec.resolved { "✓" } else { "✗" };
         let why = if rec.failure_mode == super::results::FailureMode::Unset {
@@ -203,10 +203,10 @@ pub async fn run_bench(
         bar.set_message(format!("{resolved} resolved"));
         bar.inc(1);
         done.push(rec);
-        write_results(&plan.run_dir, m, &mut done)?;
+        write_results(&schedule.run_dir, m, &mut done)?;
     }
     bar.finish_and_clear();
-    write_results(&plan.run_dir, m, &mut done)
+    write_results(&schedule.run_dir, m, &mut done)
 }
 
 async fn model_source(spec: Option<&str>, resolve: &ResolveOptions) -> Result<ModelSource, BenchError> {

@@ -52,9 +52,9 @@ fn options(agent: AgentKind, tasks: &Path, out: &Path, run_id: &str) -> BenchOpt
 async fn bench(docker: &agent_sandbox::Engine, agent: AgentKind, tasks: &Path, out: &Path) -> ResultsFile {
     let run_id = format!("it-generate-{}-{}", agent_name(agent), std::process::id());
     let opts = options(agent, tasks, out, &run_id);
-    let plan = agent_bench::plan(&opts).unwrap();
+    let schedule = agent_bench::schedule(&opts).unwrap();
     let notice = |n: String| eprintln!("● {n}");
-    let results = agent_bench::run_bench(&plan, &opts, &Config::default(), docker, &notice).await;
+    let results = agent_bench::run_bench(&schedule, &opts, &Config::default(), docker, &notice).await;
     agent_sandbox::remove_run_settled(docker, &run_id).await;
     results.unwrap()
 }

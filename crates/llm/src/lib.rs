@@ -24,7 +24,7 @@ pub use agent_protocol::chat::{
     ChatMessage, ChatRequest, ChatResponse, FinishReason, Role, SamplingParams, ToolCall, ToolDefinition,
 };
 pub use anthropic::{AnthropicBackend, AnthropicConfig};
-pub use chat_template::ChatTemplate;
+pub use chat_template::{ChatTemplate, QWEN3_TEMPLATE};
 pub use local_options::{LocalEngine, LocalModelOptions};
 pub use openai::{OpenAiBackend, OpenAiConfig};
 pub use resolve::{resolve_model, LocalLoader, ResolveOptions};

@@ -1,14 +1,14 @@
 //! Models that run in this process: llama.cpp for GGUF files on the CPU, mistral.rs for
 //! safetensors folders and GPUs, behind `agent_llm::ModelBackend`; the loader that
 //! turns local model specs into them ([`Engines`], passed to core as its
-//! `LocalLoader`); the speed benchmark of a model ([`perf`]); and a tiny random Qwen3
+//! `LocalLoader`); the speed benchmark of a model ([`model_speed`]); and a tiny random Qwen3
 //! for tests ([`tiny_qwen3`]).
 
 mod llamacpp;
 mod loader;
 pub mod lora_merge;
 mod mistralrs;
-pub mod perf;
+pub mod model_speed;
 mod rng;
 pub mod tiny_qwen3;
 
@@ -17,4 +17,4 @@ pub use llamacpp::{
     RolloutEngineOptions, TokenChooser, TokenReply, TokenRequest, LORA_GGUF_FILE,
 };
 pub use loader::{default_target, resolve_options, Engines};
-pub use mistralrs::{LocalBackend, TokenCompletion};
+pub use mistralrs::{MistralRsBackend, TokenCompletion};

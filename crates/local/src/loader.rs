@@ -11,7 +11,7 @@ use agent_llm::{
     LlmError, LocalEngine, LocalLoader, LocalModelOptions, ModelBackend, ModelSpec, ResolveOptions, SamplingDefaults,
 };
 
-use crate::{LlamaCppBackend, LlamaCppOptions, LocalBackend};
+use crate::{LlamaCppBackend, LlamaCppOptions, MistralRsBackend};
 
 /// The default model when a GPU is present.
 const GPU_DEFAULT: &str = "Qwen/Qwen3-32B";
@@ -28,7 +28,7 @@ pub fn resolve_options() -> ResolveOptions {
 /// What `default` means on this machine: Qwen3-32B from the hub with a CUDA build and a
 /// GPU, else the built-in CPU default.
 pub fn default_target() -> ModelSpec {
-    if LocalBackend::gpu_available() {
+    if MistralRsBackend::gpu_available() {
         ModelSpec::Hf { repo: GPU_DEFAULT.to_string(), revision: None }
     } else {
         ModelSpec::Builtin(catalog::CPU_DEFAULT.to_string())
@@ -39,14 +39,14 @@ pub fn default_target() -> ModelSpec {
 impl LocalLoader for Engines {
     async fn load(&self, spec: &ModelSpec, opts: &ResolveOptions) -> Result<Arc<dyn ModelBackend>, LlmError> {
         match spec {
-            ModelSpec::Default if LocalBackend::gpu_available() => {
-                Ok(Arc::new(LocalBackend::load_hub(GPU_DEFAULT, None, &opts.local).await?))
+            ModelSpec::Default if MistralRsBackend::gpu_available() => {
+                Ok(Arc::new(MistralRsBackend::load_hub(GPU_DEFAULT, None, &opts.local).await?))
             }
             ModelSpec::Default => load_builtin(catalog::CPU_DEFAULT, opts).await,
             ModelSpec::Builtin(name) => load_builtin(name, opts).await,
             ModelSpec::Local(path) => load_local(path, &opts.local).await,
             ModelSpec::Hf { repo, revision } => {
-                Ok(Arc::new(LocalBackend::load_hub(repo, revision.as_deref(), &opts.local).await?))
+                Ok(Arc::new(MistralRsBackend::load_hub(repo, revision.as_deref(), &opts.local).await?))
             }
             ModelSpec::Scripted(_) | ModelSpec::OpenAi { .. } | ModelSpec::Anthropic { .. } => {
                 agent_llm::resolve_model(spec, opts).await
@@ -89,10 +89,10 @@ async fn load_local(path: &Path, opts: &LocalModelOptions) -> Result<Arc<dyn Mod
             })
         }
         LocalEngine::LlamaCpp => true,
-        LocalEngine::Auto => is_gguf && (opts.force_cpu || !LocalBackend::gpu_available()),
+        LocalEngine::Auto => is_gguf && (opts.force_cpu || !MistralRsBackend::gpu_available()),
     };
     if !use_llamacpp {
-        return Ok(Arc::new(LocalBackend::load(path, opts).await?));
+        return Ok(Arc::new(MistralRsBackend::load(path, opts).await?));
     }
     let lora = opts.lora.as_deref().map(gguf_adapter).transpose()?;
     let llama_opts = LlamaCppOptions {

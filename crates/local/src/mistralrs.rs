@@ -19,7 +19,7 @@ use agent_llm::{
 use agent_protocol::TokenUsage;
 
 /// A model running in this process through mistral.rs.
-pub struct LocalBackend {
+pub struct MistralRsBackend {
     model: Model,
     name: String,
     thinking: Option<bool>,
@@ -38,7 +38,7 @@ fn one_line(s: &str) -> String {
     s.lines().map(str::trim).filter(|l| !l.is_empty()).collect::<Vec<_>>().join("; ")
 }
 
-impl LocalBackend {
+impl MistralRsBackend {
     /// Loads a `.gguf` file or a directory holding `config.json` and safetensors, with
     /// no network access (no token, no hub).
     pub async fn load(path: &Path, opts: &LocalModelOptions) -> Result<Self, LlmError> {
@@ -302,7 +302,7 @@ fn parse_isq(s: &str) -> Result<IsqType, LlmError> {
 }
 
 #[async_trait]
-impl ModelBackend for LocalBackend {
+impl ModelBackend for MistralRsBackend {
     fn name(&self) -> String {
         self.name.clone()
     }

@@ -22,7 +22,7 @@ use super::error::{TensorContext, TrainError};
 use super::grpo::PpoSettings;
 use super::model::{ForwardMode, KvCache, Qwen3, Qwen3Config, TokenBatch, TrainMode};
 use super::optim::{AdamW, AdamWSettings};
-use super::perf::{self, PerfMode, PerfShape, PerfTarget};
+use super::throughput::{self, PerfMode, PerfShape, PerfTarget};
 use super::update::{grpo_update, Reference, Sample, UpdateSettings};
 
 /// The tolerance of every parity check (relative for losses, gradients and weights,
@@ -136,7 +136,7 @@ pub fn run(options: &CheckOptions) -> CheckReport {
         let (shape, batch, seq, steps) =
             if options.quick { (PerfShape::Tiny, 4, 64, 2) } else { (PerfShape::Qwen3_0_6b, 8, 512, 5) };
         let name = format!("training throughput, {shape:?} LoRA, {dtype:?}");
-        match perf::measure(shape, PerfMode::Step, batch, seq, steps, 1, &target) {
+        match throughput::measure(shape, PerfMode::Step, batch, seq, steps, 1, &target) {
             Ok(r) => {
                 let mut detail = serde_json::to_value(&r).unwrap_or_default();
                 detail["peak_tflops"] = serde_json::json!(peak);
@@ -172,7 +172,7 @@ pub fn run(options: &CheckOptions) -> CheckReport {
         checks.push(m);
     }
     CheckReport {
-        device: perf::device_name(&options.device),
+        device: throughput::device_name(&options.device),
         tolerance: TOLERANCE,
         checks,
         not_run: not_checked(&options.device),
@@ -259,7 +259,7 @@ fn lora_model(
     dtype: DType,
 ) -> Result<Qwen3, TrainError> {
     let target = PerfTarget { device: device.clone(), dtype };
-    let model = perf::model_on(cfg, weights, &TrainMode::Lora(perf::lora_settings(4)), &target)?;
+    let model = throughput::model_on(cfg, weights, &TrainMode::Lora(throughput::lora_settings(4)), &target)?;
     let mut rng = rand::rngs::StdRng::seed_from_u64(11);
     for (_, var) in model.trainable() {
         let shape = var.as_tensor().dims().to_vec();
@@ -379,7 +379,7 @@ fn flat_adapters(model: &Qwen3) -> Result<Vec<f64>, TrainError> {
 /// the CPU, from the same weights and adapters.
 pub fn step_parity(device: &Device) -> Result<StepParity, TrainError> {
     let cfg = parity_config();
-    let weights = perf::random_weights(&cfg, 7)?;
+    let weights = throughput::random_weights(&cfg, 7)?;
     let reference = one_step(&cfg, &weights, &Device::Cpu, DType::F64)?;
     let candidate = one_step(&cfg, &weights, device, DType::F32)?;
     let grad_rel_err = reference
@@ -391,7 +391,7 @@ pub fn step_parity(device: &Device) -> Result<StepParity, TrainError> {
     let delta = |o: &StepOutcome| -> Vec<f64> { o.after.iter().zip(&o.before).map(|(a, b)| a - b).collect() };
     Ok(StepParity {
         reference: "cpu f64".into(),
-        candidate: format!("{} f32", perf::device_name(device)),
+        candidate: format!("{} f32", throughput::device_name(device)),
         loss_reference: reference.loss,
         loss_candidate: candidate.loss,
         loss_rel_err: (candidate.loss - reference.loss).abs() / reference.loss.abs().max(1e-12),
@@ -429,7 +429,7 @@ fn argmax(logits: &Tensor) -> Result<u32, TrainError> {
 /// the same tokens with one forward pass over each whole sequence.
 pub fn decode_parity(device: &Device, batch: usize) -> Result<DecodeParity, TrainError> {
     let cfg = parity_config();
-    let weights = perf::random_weights(&cfg, 9)?;
+    let weights = throughput::random_weights(&cfg, 9)?;
     let model = lora_model(&cfg, &weights, device, DType::F32)?.merged().ctx("merging adapters")?;
     let mut rng = rand::rngs::StdRng::seed_from_u64(13);
     let steps = 16;
@@ -471,7 +471,12 @@ pub fn decode_parity(device: &Device, batch: usize) -> Result<DecodeParity, Trai
             compared += 1;
         }
     }
-    Ok(DecodeParity { device: perf::device_name(device), sequences: batch, tokens_compared: compared, max_abs_diff })
+    Ok(DecodeParity {
+        device: throughput::device_name(device),
+        sequences: batch,
+        tokens_compared: compared,
+        max_abs_diff,
+    })
 }
 
 /// Decoding throughput of the candle sampler's model code.
@@ -495,8 +500,8 @@ pub fn decode_speed(
     tokens: usize,
 ) -> Result<DecodeSpeed, TrainError> {
     let (cfg, _) = shape.config();
-    let weights = perf::random_weights(&cfg, 3)?;
-    let model = perf::model_on(&cfg, &weights, &TrainMode::Full, target)?;
+    let weights = throughput::random_weights(&cfg, 3)?;
+    let model = throughput::model_on(&cfg, &weights, &TrainMode::Full, target)?;
     // The host copy is not needed once the model holds its own (GBs for the large shapes).
     drop(weights);
     let mut rng = rand::rngs::StdRng::seed_from_u64(17);
@@ -519,7 +524,7 @@ pub fn decode_speed(
     target.device.synchronize().ctx("waiting for the device")?;
     let seconds = start.elapsed().as_secs_f64();
     Ok(DecodeSpeed {
-        device: perf::device_name(&target.device),
+        device: throughput::device_name(&target.device),
         dtype: format!("{:?}", target.dtype).to_lowercase(),
         shape,
         sequences: batch,

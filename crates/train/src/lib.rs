@@ -13,11 +13,10 @@ pub mod dist;
 pub mod error;
 pub mod gpu_check;
 pub mod grpo;
+pub mod memory_plan;
 pub mod metrics;
 pub mod model;
 pub mod optim;
-pub mod perf;
-pub mod plan;
 pub mod plot;
 pub mod preset;
 #[cfg(feature = "engines")]
@@ -30,6 +29,7 @@ pub mod setup;
 pub mod sft;
 #[cfg(feature = "engines")]
 mod step;
+pub mod throughput;
 #[cfg(test)]
 #[cfg(feature = "engines")]
 mod toy_sim;

@@ -11,11 +11,11 @@ use super::dist::SingleRank;
 use super::model::Qwen3;
 use super::optim::AdamW;
 use super::preset::Preset;
-use super::rollout::chat::render_prompt;
 use super::rollout::{GenerateRequest, Recording, Rollout, RolloutPlan, RolloutStatus, Sampler, Segment};
 use super::run::{build_samples, mix_seed, step_plans, train_mode};
 use super::setup;
 use super::update::{grpo_update, Reference};
+use agent_llm::ChatTemplate;
 use agent_llm::{ChatMessage, Role};
 
 const WORDS: [&str; 4] = ["apple", "river", "stone", "cloud"];
@@ -41,10 +41,11 @@ fn roll(
     im_end: u32,
 ) -> Reply {
     let (file, word) = (FILES[task / 4], WORDS[task % 4]);
-    let text = render_prompt(&[
+    let messages = [
         ChatMessage::new(Role::System, system),
         ChatMessage::new(Role::User, format!("Create /app/{file}.txt containing the word {word}.")),
-    ]);
+    ];
+    let text = ChatTemplate::qwen3().unwrap().render(&messages, &[], true).unwrap();
     let prompt = tok.encode(text, false).unwrap().get_ids().to_vec();
     let (tx, rx) = tokio::sync::oneshot::channel();
     sampler

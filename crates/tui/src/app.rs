@@ -144,7 +144,7 @@ pub struct App {
     pub should_quit: bool,
 }
 
-pub use super::plan::{core_mode, next_mode};
+pub use super::plan_mode::{core_mode, next_mode};
 
 impl App {
     /// A fresh UI showing the start screen.

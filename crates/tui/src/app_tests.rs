@@ -305,7 +305,7 @@ fn an_accepted_plan_starts_work_in_the_previous_mode() {
     assert_eq!(a.mode, ApprovalMode::Auto);
     assert!(a.pending_plan.is_none());
     assert_eq!(fx[0], Effect::Op(Op::SetApprovalMode { mode: ApprovalMode::Ask }));
-    assert!(matches!(&fx[1], Effect::Op(Op::UserTurn { text }) if text == crate::plan::PLAN_ACCEPTED), "{fx:?}");
+    assert!(matches!(&fx[1], Effect::Op(Op::UserTurn { text }) if text == crate::plan_mode::PLAN_ACCEPTED), "{fx:?}");
     assert!(a.busy);
 }
 

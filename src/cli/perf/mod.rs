@@ -7,7 +7,7 @@ use std::path::PathBuf;
 
 use clap::Subcommand;
 
-use agent_train::perf::{PerfMode, PerfShape};
+use agent_train::throughput::{PerfMode, PerfShape};
 
 /// What to measure.
 #[derive(Debug, Subcommand)]
@@ -37,7 +37,7 @@ pub enum PerfCommand {
         device: String,
         /// Compute precision.
         #[arg(long, value_enum, default_value = "f32")]
-        dtype: agent_train::perf::PerfDtype,
+        dtype: agent_train::throughput::PerfDtype,
         /// Also write the report as JSON here.
         #[arg(long)]
         json: Option<PathBuf>,
@@ -80,9 +80,10 @@ pub async fn run(cmd: PerfCommand) -> anyhow::Result<u8> {
             if let Some(t) = threads {
                 std::env::set_var("RAYON_NUM_THREADS", t.to_string());
             }
-            let target = agent_train::perf::PerfTarget::parse(&device, dtype)?;
-            let knobs = agent_train::perf::MemoryKnobs { recompute, whole_attention };
-            let report = agent_train::perf::measure_with(shape, mode, (batch, seq), (steps, warmup), &target, knobs)?;
+            let target = agent_train::throughput::PerfTarget::parse(&device, dtype)?;
+            let knobs = agent_train::throughput::MemoryKnobs { recompute, whole_attention };
+            let report =
+                agent_train::throughput::measure_with(shape, mode, (batch, seq), (steps, warmup), &target, knobs)?;
             let text = serde_json::to_string_pretty(&report)?;
             if let Some(path) = json {
                 std::fs::write(&path, &text)?;
@@ -91,8 +92,8 @@ pub async fn run(cmd: PerfCommand) -> anyhow::Result<u8> {
             Ok(0)
         }
         PerfCommand::Tui { width, height, frames } => {
-            let report = agent_tui::perf::measure(width, height, &[100, 1_000, 10_000, 100_000], frames)?;
-            print!("{}", agent_tui::perf::format_report(&report));
+            let report = agent_tui::frame_time::measure(width, height, &[100, 1_000, 10_000, 100_000], frames)?;
+            print!("{}", agent_tui::frame_time::format_report(&report));
             Ok(0)
         }
     }

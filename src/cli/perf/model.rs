@@ -7,7 +7,7 @@ use anyhow::Context;
 
 use agent_core::tools::{ToolFormat, ToolSpecs};
 use agent_llm::{CallStats, ModelSpec, ResolveOptions};
-use agent_local::perf::{measure, PerfOptions, PerfReport};
+use agent_local::model_speed::{measure, PerfOptions, PerfReport};
 
 /// Arguments of `agent perf model`.
 #[derive(Debug, clap::Args)]

@@ -8,7 +8,6 @@
 //! template) and `generation_config.json`. The same configuration gives the same bytes.
 
 mod bpe;
-mod template;
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -251,7 +250,7 @@ fn tokenizer_config_json(bpe: &Bpe, cfg: &TinyQwen3Config) -> Value {
         "added_tokens_decoder": decoder,
         "additional_special_tokens": ["<|im_start|>", "<|im_end|>"],
         "bos_token": null,
-        "chat_template": template::CHAT_TEMPLATE,
+        "chat_template": agent_llm::QWEN3_TEMPLATE,
         "clean_up_tokenization_spaces": false,
         "eos_token": "<|im_end|>",
         "errors": "replace",

@@ -37,7 +37,8 @@ struct Args {
 
 fn main() -> ExitCode {
     let args = Args::parse();
-    let target = match agent_train::perf::PerfTarget::parse(&args.device, agent_train::perf::PerfDtype::F32) {
+    let target = match agent_train::throughput::PerfTarget::parse(&args.device, agent_train::throughput::PerfDtype::F32)
+    {
         Ok(t) => t,
         Err(e) => {
             eprintln!("✗ {e}");

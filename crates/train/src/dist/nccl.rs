@@ -141,7 +141,7 @@ impl NcclWorld {
     /// [`NcclWorld::new`] on CUDA device `ordinal` (a rank's `LOCAL_RANK`), for callers that
     /// hold no candle device of their own.
     pub fn on_gpu(control: TcpWorld, ordinal: usize) -> Result<Self, TrainError> {
-        match crate::perf::cuda_device(ordinal) {
+        match crate::throughput::cuda_device(ordinal) {
             Ok(device) => NcclWorld::new(control, &device),
             Err(e) => {
                 control.fail(&format!("rank {}: {e}", control.rank()));

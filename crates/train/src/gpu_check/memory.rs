@@ -14,11 +14,11 @@ use serde::Serialize;
 
 use crate::dist::SingleRank;
 use crate::error::TrainError;
+use crate::memory_plan::MemoryPlan;
 use crate::model::TrainMode;
 use crate::optim::{AdamW, AdamWSettings};
-use crate::perf::{self, PerfShape, PerfTarget};
-use crate::plan::MemoryPlan;
 use crate::preset::{Device as PresetDevice, Dtype, ModelShape, Preset};
+use crate::throughput::{self, PerfShape, PerfTarget};
 use crate::update::{sft_step, Sample, UpdateSettings};
 
 const GIB: f64 = (1u64 << 30) as f64;
@@ -87,9 +87,9 @@ pub fn plan_vs_measured(device: &Device, shape: PerfShape, tokens: usize) -> Res
     let plan = MemoryPlan::for_preset(&preset, preset.model.shape.as_ref().ok_or_else(no_shape)?);
     let (cfg, rank) = shape.config();
     let meter = Meter::start(device)?;
-    let weights = perf::random_weights(&cfg, 7)?;
+    let weights = throughput::random_weights(&cfg, 7)?;
     let target = PerfTarget { device: device.clone(), dtype };
-    let model = perf::model_on(&cfg, &weights, &TrainMode::Lora(perf::lora_settings(rank)), &target)?;
+    let model = throughput::model_on(&cfg, &weights, &TrainMode::Lora(throughput::lora_settings(rank)), &target)?;
     drop(weights);
     // The host copy of the random weights is not the trainer's: on the CPU the peak is
     // measured again from here.
@@ -160,7 +160,7 @@ impl Meter {
         match device {
             Device::Cpu => {
                 reset_peak_rss();
-                m.base = perf::status_bytes("VmRSS:").unwrap_or(0);
+                m.base = throughput::status_bytes("VmRSS:").unwrap_or(0);
             }
             _ => {
                 m.base = gpu_used(device)?;
@@ -185,7 +185,7 @@ impl Meter {
     /// The peak above the starting point, and how it was measured.
     fn stop(mut self) -> Result<(u64, String), TrainError> {
         if self.device.is_cpu() {
-            let peak = perf::status_bytes("VmHWM:").unwrap_or(0);
+            let peak = throughput::status_bytes("VmHWM:").unwrap_or(0);
             return Ok((peak.saturating_sub(self.base), "peak resident set (VmHWM) above the start".into()));
         }
         self.stop.store(true, Ordering::Relaxed);

@@ -27,7 +27,7 @@ use super::{PARITY_SEED, TOLERANCE};
 use crate::dist::{rendezvous, Collective, Identity, SingleRank, TcpWorld, WorldEnv};
 use crate::error::{TensorContext, TrainError};
 use crate::optim::AdamW;
-use crate::perf;
+use crate::throughput;
 use crate::update::{grpo_update, Reference};
 
 /// The hidden flag that makes the check's program a rank worker: `--rank-worker FILE`
@@ -137,7 +137,7 @@ struct WorkerOutcome {
 /// loss and the adapters after the step (and before it).
 fn step_with(device: &Device, world: &dyn Collective) -> Result<(f64, Vec<f64>, Vec<f64>), TrainError> {
     let cfg = parity_config();
-    let weights = perf::random_weights(&cfg, 7)?;
+    let weights = throughput::random_weights(&cfg, 7)?;
     let model = lora_model(&cfg, &weights, device, DType::F32)?;
     let samples = parity_samples(cfg.vocab_size);
     let before = flat_adapters(&model)?;
@@ -194,7 +194,7 @@ pub fn rank_parity(device: &Device, backend: Backend, program: &Path) -> Result<
         *worst = worst.max(*v);
     }
     Ok(RankParity {
-        device: perf::device_name(device),
+        device: throughput::device_name(device),
         backend,
         ranks: RANKS,
         tolerance: if device.is_cpu() { CPU_TOLERANCE } else { TOLERANCE },
@@ -344,7 +344,7 @@ fn spawn_worker(
         .arg(BACKEND_FLAG)
         .arg(backend.name())
         .arg("--device")
-        .arg(perf::device_name(device))
+        .arg(throughput::device_name(device))
         .envs(env.vars())
         // A dead peer is noticed in seconds, a stuck collective within the check's limit.
         .env("AGENT_DIST_TIMEOUT_SECS", "20")

@@ -1,7 +1,7 @@
 //! How the trainer renders a conversation into the text its model reads: the model's own
 //! chat template (the one `agent run`, the UI and bench render with, tools included, so
-//! that what the model is trained on is what the user runs), or ChatML written in code
-//! for a model folder that has no template.
+//! that what the model is trained on is what the user runs), or, for a model folder that
+//! has none, the Qwen3-style template of `agent-llm` (ChatML without tools).
 
 use std::sync::Arc;
 
@@ -20,7 +20,8 @@ pub struct PromptRenderer {
 }
 
 impl PromptRenderer {
-    /// A renderer with the model's template (`None`: ChatML in code).
+    /// A renderer with the model's template (`None`: [`ChatTemplate::qwen3`], in the
+    /// text format).
     pub fn new(template: Option<ChatTemplate>) -> Self {
         let native = template.as_ref().is_some_and(ChatTemplate::supports_tools);
         PromptRenderer { template: template.map(Arc::new), native }
@@ -35,31 +36,24 @@ impl PromptRenderer {
     pub fn render(&self, messages: &[ChatMessage], tools: &[ToolDefinition]) -> Result<String, LlmError> {
         match &self.template {
             Some(t) => t.render(messages, tools, true),
-            None => Ok(render_prompt(messages)),
+            None => ChatTemplate::qwen3()?.render(messages, tools, true),
         }
     }
-}
-
-/// ChatML: every message, then the assistant header.
-pub fn render_prompt(messages: &[ChatMessage]) -> String {
-    let mut out = String::new();
-    for m in messages {
-        out.push_str(IM_START);
-        out.push_str(m.role.as_str());
-        out.push('\n');
-        out.push_str(&m.content);
-        out.push_str(IM_END);
-        out.push('\n');
-    }
-    out.push_str(IM_START);
-    out.push_str("assistant\n");
-    out
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use agent_llm::Role;
+    use agent_llm::{Role, ToolCall};
+
+    /// ChatML as the reference: every message, then the assistant header.
+    fn chatml(messages: &[ChatMessage]) -> String {
+        let mut out = String::new();
+        for m in messages {
+            out.push_str(&format!("{IM_START}{}\n{}{IM_END}\n", m.role.as_str(), m.content));
+        }
+        out + IM_START + "assistant\n"
+    }
 
     /// The tiny model's template (Qwen3's shape) renders a conversation without tools
     /// byte for byte as ChatML: switching the text-format presets to it changes nothing.
@@ -76,7 +70,7 @@ mod tests {
             ChatMessage::new(Role::Assistant, "<bash>\ncmd: ls\n</bash>"),
             ChatMessage::new(Role::User, "<bash_output>x</bash_output>"),
         ];
-        assert_eq!(renderer.render(&messages, &[]).unwrap(), render_prompt(&messages));
+        assert_eq!(renderer.render(&messages, &[]).unwrap(), chatml(&messages));
         let tool = ToolDefinition {
             name: "bash".into(),
             description: "Run a command.".into(),
@@ -87,8 +81,15 @@ mod tests {
     }
 
     #[test]
-    fn renders_chatml_with_the_generation_header() {
-        let p = render_prompt(&[ChatMessage::new(Role::System, "S"), ChatMessage::new(Role::User, "U")]);
+    fn without_a_template_renders_chatml_with_the_generation_header_and_keeps_tool_calls() {
+        let renderer = PromptRenderer::default();
+        let p =
+            renderer.render(&[ChatMessage::new(Role::System, "S"), ChatMessage::new(Role::User, "U")], &[]).unwrap();
         assert_eq!(p, "<|im_start|>system\nS<|im_end|>\n<|im_start|>user\nU<|im_end|>\n<|im_start|>assistant\n");
+        let mut call = ChatMessage::new(Role::Assistant, "");
+        call.tool_calls =
+            vec![ToolCall { id: "c1".into(), name: "bash".into(), arguments: serde_json::json!({"cmd": "ls"}) }];
+        let p = renderer.render(&[ChatMessage::new(Role::User, "U"), call], &[]).unwrap();
+        assert!(p.contains("<tool_call>\n{\"name\": \"bash\", \"arguments\": {\"cmd\": \"ls\"}}\n</tool_call>"), "{p}");
     }
 }

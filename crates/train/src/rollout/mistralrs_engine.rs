@@ -19,11 +19,11 @@ use super::sampler::{sample, GenerateRequest, Generated};
 use crate::error::TrainError;
 use crate::model::{peft, Qwen3};
 use agent_llm::LocalModelOptions;
-use agent_local::LocalBackend;
+use agent_local::MistralRsBackend;
 
 /// The loaded policy and where its folder is.
 struct Loaded {
-    backend: Arc<LocalBackend>,
+    backend: Arc<MistralRsBackend>,
     dir: PathBuf,
     version: u64,
 }
@@ -67,7 +67,7 @@ impl MistralrsEngine {
     }
 
     /// The mistral.rs model now serving requests.
-    fn backend(&self) -> Result<Arc<LocalBackend>, TrainError> {
+    fn backend(&self) -> Result<Arc<MistralRsBackend>, TrainError> {
         self.loaded
             .read()
             .ok()
@@ -117,7 +117,7 @@ impl RolloutSampler for MistralrsEngine {
         peft::save_full_weights(policy, &self.base, &tmp)?;
         std::fs::rename(&tmp, &dir).map_err(|e| TrainError::io("rename", &tmp, e))?;
         let opts = LocalModelOptions { force_cpu: self.force_cpu, ..Default::default() };
-        let backend = LocalBackend::load(&dir, &opts).await.map_err(|e| {
+        let backend = MistralRsBackend::load(&dir, &opts).await.map_err(|e| {
             TrainError::Other(format!("the mistral.rs rollout engine cannot load the policy in {}: {e}", dir.display()))
         })?;
         let old = {
@@ -175,7 +175,7 @@ impl mistralrs::CustomLogitsProcessor for Chooser {
 /// own end-of-sequence tokens; when that is not one of the request's stop tokens,
 /// generation goes on from there (same chooser, same random stream), as the trainer's
 /// sampler would.
-async fn generate(backend: &LocalBackend, req: &GenerateRequest) -> Result<Generated, TrainError> {
+async fn generate(backend: &MistralRsBackend, req: &GenerateRequest) -> Result<Generated, TrainError> {
     let chooser = Arc::new(Chooser {
         state: Mutex::new(Choices {
             rng: rand::rngs::StdRng::seed_from_u64(req.seed),

@@ -6,7 +6,7 @@ use std::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::hooks::ToolGate;
-use super::{plan, race, Session};
+use super::{plan_mode, race, Session};
 use crate::episode::swap_tool_section;
 use crate::episode::trajectory::ObservationRecord;
 use crate::tools::{Action, ToolFormat};
@@ -117,7 +117,7 @@ impl Session {
         if self.always_approved.contains(&action.tool) {
             return false;
         }
-        let writes_files = plan::changes_files(action);
+        let writes_files = plan_mode::changes_files(action);
         // An MCP tool may do anything its server does: it asks wherever bash asks.
         let is_mcp = self.executor.mcp().is_some_and(|m| m.owns(&action.tool));
         match self.cfg.approval {

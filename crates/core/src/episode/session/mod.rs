@@ -22,7 +22,7 @@ mod action;
 mod calls;
 mod context;
 mod hooks;
-mod plan;
+mod plan_mode;
 mod stream;
 use super::stuck::{LoopDetector, LoopVerdict};
 use super::trajectory::{EpisodeEndRecord, EpisodeStart, TrajectoryWriter};
@@ -557,7 +557,7 @@ impl Session {
                 ..Default::default()
             },
             tools: if self.cfg.approval == ApprovalMode::Plan {
-                plan::plan_tools(&self.tools)
+                plan_mode::plan_tools(&self.tools)
             } else {
                 self.tools.clone()
             },

@@ -31,6 +31,10 @@ impl std::fmt::Debug for ChatTemplate {
     }
 }
 
+mod qwen3;
+
+pub use qwen3::QWEN3_TEMPLATE;
+
 const NAME: &str = "chat_template";
 
 impl ChatTemplate {
@@ -54,6 +58,17 @@ impl ChatTemplate {
             eos_token: eos_token.to_string(),
             mentions_tools: source.contains("tools"),
         })
+    }
+
+    /// The Qwen3-style template ([`QWEN3_TEMPLATE`]), compiled once: what a model
+    /// folder without a template of its own is rendered with.
+    pub fn qwen3() -> Result<&'static ChatTemplate, LlmError> {
+        static COMPILED: std::sync::OnceLock<ChatTemplate> = std::sync::OnceLock::new();
+        if let Some(t) = COMPILED.get() {
+            return Ok(t);
+        }
+        let t = ChatTemplate::new(QWEN3_TEMPLATE, "", "<|im_end|>")?;
+        Ok(COMPILED.get_or_init(|| t))
     }
 
     /// The template of a model folder (`tokenizer_config.json`'s `chat_template` with its

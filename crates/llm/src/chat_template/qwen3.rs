@@ -1,10 +1,11 @@
-//! The Qwen3-style chat template of the tiny model (`<|im_start|>role\n…<|im_end|>`,
-//! tools in `<tools>`, calls in `<tool_call>`, results in `<tool_response>`,
-//! `add_generation_prompt`, and `enable_thinking=false` → an empty think block).
-//! It uses only features that both Jinja2 and minijinja have.
+//! The Qwen3-style chat template (`<|im_start|>role\n…<|im_end|>`, tools in `<tools>`,
+//! calls in `<tool_call>`, results in `<tool_response>`, `add_generation_prompt`, and
+//! `enable_thinking=false` → an empty think block): the tiny test model's template and
+//! the one used for a model folder that has none. Without tools or tool messages it is
+//! plain ChatML. It uses only features that both Jinja2 and minijinja have.
 
-/// The Jinja chat template written to `tokenizer_config.json`.
-pub(crate) const CHAT_TEMPLATE: &str = r##"{%- if tools %}
+/// The Jinja source.
+pub const QWEN3_TEMPLATE: &str = r##"{%- if tools %}
     {{- '<|im_start|>system\n' }}
     {%- if messages[0].role == 'system' %}
         {{- messages[0].content + '\n\n' }}

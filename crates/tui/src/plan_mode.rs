@@ -73,7 +73,7 @@ impl App {
                 self.info("plan mode stays on: say what to change, and the agent revises the plan");
                 Vec::new()
             }
-            KeyCode::BackTab => self.set_mode(super::plan::next_mode(self.mode)),
+            KeyCode::BackTab => self.set_mode(super::plan_mode::next_mode(self.mode)),
             _ => Vec::new(),
         }
     }
