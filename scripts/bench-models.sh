@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # The built-in models on the dev tasks in each tool format: one `agent bench -k 1` run per
-# (model, format), then the README's table: resolved tasks, parse-error rate per turn,
+# (model, format), then the table in docs/benchmarks.md: resolved tasks, parse-error rate per turn,
 # tokens and time per trial. Slow (every task runs until it finishes, stops or hits its
 # agent timeout; hours on 2 cores), so it is not part of the test suite. A finished
 # configuration is kept and skipped on a rerun, an interrupted one is resumed.
 #
-#   scripts/bench-models.sh [OUT_DIR] [TASKS_DIR]    # runs/bench-models, ../shared/tb1-tasks
+#   scripts/bench-models.sh [OUT_DIR] [TASKS_DIR]    # runs/bench-models, $AGENT_SHARED/tb1-tasks
 #   MODELS="qwen2.5-coder-1.5b" FORMATS="native text" scripts/bench-models.sh
 #   BENCH_ARGS="--timeout-multiplier 0.5" scripts/bench-models.sh   # shorter trials
 set -euo pipefail

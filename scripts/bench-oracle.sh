@@ -1,16 +1,16 @@
 #!/usr/bin/env bash
 # The full oracle and nop sweeps over the shared TB1 tasks, plus the harness-overhead
-# and throughput figures of the README. Too slow for the test suite (image builds and
+# and throughput figures of docs/benchmarks.md. Too slow for the test suite (image builds and
 # package downloads); run it by hand:
 #
-#   scripts/bench-oracle.sh [TASKS_DIR]          # default ../shared/tb1-tasks
+#   scripts/bench-oracle.sh [TASKS_DIR]          # default $AGENT_SHARED/tb1-tasks
 #   STAGES="oracle nop overhead throughput" scripts/bench-oracle.sh
 #
 # Each stage writes a run under runs/ and prints its summary table; the last lines
 # print the figures. Expected on a host that reaches only PyPI and Debian's mirror:
 # oracle 12/15 (crack-7z-hash and fix-git clone from GitHub and end env_build_failed;
 # broken-python's solution fetches get-pip.py from bootstrap.pypa.io), nop 0/15. The
-# same with the TB2/Harbor layout: scripts/bench-oracle.sh ../shared/tb2-tasks
+# same with the TB2/Harbor layout: scripts/bench-oracle.sh $AGENT_SHARED/tb2-tasks
 set -euo pipefail
 cd "$(dirname "$0")/.."
 TASKS=${1:-../shared/tb1-tasks}

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Type-checks the `cuda` and `nccl` features on a machine without a GPU, against the CUDA
-# 13 toolchain from PyPI (see ../shared/CUDA.md and scripts/cuda-env.sh). Uses its own
+# 13 toolchain from PyPI (see docs/development.md and scripts/cuda-env.sh). Uses its own
 # target dir (a CUDA build shares nothing with the CPU one). A long first build.
 set -euo pipefail
 cd "$(dirname "$0")/.."

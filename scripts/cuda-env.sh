@@ -1,6 +1,6 @@
 # Sourced by the CUDA scripts: installs the CUDA 13 toolchain from PyPI into $CUDA_VENV
 # (default /opt/cu13) once, and exports what candle's and mistral.rs's build scripts need
-# (see ../shared/CUDA.md). About 1 GB of wheels the first time.
+# (see docs/development.md). About 1 GB of wheels the first time.
 venv="${CUDA_VENV:-/opt/cu13}"
 if [ ! -x "$venv/bin/pip" ]; then python3 -m venv "$venv"; fi
 site="$("$venv/bin/python3" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"

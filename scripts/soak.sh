@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Soak test of `agent bench` under signals (not in CI; figures in the README):
+# Soak test of `agent bench` under signals (not in CI; figures in docs/development.md):
 # SOAK_TRIALS scripted episodes (default 200: 10 copies of a small task × 20 attempts)
 # at -n 4, the bench process sent SIGKILL, SIGTERM or SIGHUP at random every
 # 20..SOAK_INTERVAL seconds and resumed with --resume each time, until it finishes.

@@ -72,7 +72,7 @@ struct TaskRun {
 }
 
 /// The exit code of an episode that ended by `finish` while settings of the untrusted
-/// project were left out (documented in the README's "Trust").
+/// project were left out (documented under "Trust" in docs/config.md).
 pub const EXIT_FINISHED_WITHOUT_PROJECT_SETTINGS: u8 = 3;
 
 /// Runs the episode; returns 0 when it ended by `finish` (3 when it did so without some

@@ -1,4 +1,4 @@
-//! `agent perf …`: speed measurements for the README (Terminal-Bench scores are
+//! `agent perf …`: speed measurements for docs/benchmarks.md (Terminal-Bench scores are
 //! `agent bench`).
 
 mod model;

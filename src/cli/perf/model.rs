@@ -1,5 +1,5 @@
 //! `agent perf model`: how fast a local model answers the agent, printed as a table
-//! (and optionally written as JSON) for the README.
+//! (and optionally written as JSON) for docs/benchmarks.md.
 
 use std::path::PathBuf;
 
@@ -41,7 +41,7 @@ pub struct ModelPerfArgs {
 }
 
 /// The hello-world task's instruction: the benchmark's episode is the one `agent run`
-/// starts on `../shared/tb1-tasks/hello-world`.
+/// starts on `$AGENT_SHARED/tb1-tasks/hello-world`.
 const INSTRUCTION: &str = "Create a file called hello.txt in the current directory. Write \"Hello, world!\" to it.";
 
 /// Runs the benchmark and prints the table.
@@ -90,7 +90,7 @@ fn opt(v: Option<u64>) -> String {
     v.map_or_else(|| "n/a".to_string(), |v| v.to_string())
 }
 
-/// The report as the README shows it.
+/// The report as docs/benchmarks.md shows it.
 fn table(r: &PerfReport) -> String {
     let mut out = format!("model: {}\n", r.backend);
     out.push_str(&format!(

@@ -1,4 +1,4 @@
-//! The trajectory record: one JSON object per line (schema in README "Trajectories").
+//! The trajectory record: one JSON object per line (schema in docs/trajectory.md).
 
 use std::fs::File;
 use std::io::{BufWriter, Write};

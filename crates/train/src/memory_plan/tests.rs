@@ -214,8 +214,8 @@ fn multi_node_splits_work_per_rank() {
 }
 
 /// The acceptance rule: every shipped preset fits the hardware it names (a preset that does
-/// not is not shipped). Prints every plan (`--nocapture`): the README's
-/// table comes from here.
+/// not is not shipped). Prints every plan (`--nocapture`): the Memory plans
+/// table in docs/train.md comes from here.
 #[test]
 fn every_shipped_preset_fits_its_hardware() {
     let (mut summary, mut wrong) = (Vec::new(), Vec::new());

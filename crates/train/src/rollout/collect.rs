@@ -223,7 +223,7 @@ impl RolloutRunner {
     }
 }
 
-/// Sorts a trial into the rollout statuses (see the README's truncation policy).
+/// Sorts a trial into the rollout statuses (see the truncation policy in docs/train.md).
 fn classify(rec: &TrialRecord, recording: &Recording) -> (RolloutStatus, String) {
     let ended = rec.agent_ended.clone();
     match rec.failure_mode {
