@@ -11,9 +11,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/env.sh
+[ -n "${2:-}" ] || need_shared
 [ -x "$AGENT_BIN" ] || cargo build --quiet --workspace --all-targets
 out="${1:-runs/bench-models}"
-tasks="${2:-../shared/tb1-tasks}"
+tasks="${2:-$AGENT_SHARED/tb1-tasks}"
 models="${MODELS:-qwen2.5-coder-1.5b qwen2.5-coder-0.5b smollm2-135m}"
 formats="${FORMATS:-native text}"
 mkdir -p "$out"

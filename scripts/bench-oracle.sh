@@ -13,11 +13,10 @@
 # same with the TB2/Harbor layout: scripts/bench-oracle.sh $AGENT_SHARED/tb2-tasks
 set -euo pipefail
 cd "$(dirname "$0")/.."
-TASKS=${1:-../shared/tb1-tasks}
+source scripts/env.sh
+[ -n "${1:-}" ] || need_shared
+TASKS=${1:-$AGENT_SHARED/tb1-tasks}
 STAGES=${STAGES:-oracle nop overhead throughput}
-if [ -z "${CARGO_TARGET_DIR:-}" ] && [ -d /var/cache/agent-target ]; then
-  export CARGO_TARGET_DIR=/var/cache/agent-target
-fi
 AGENT="${CARGO_TARGET_DIR:-target}/debug/agent"
 [ -x "$AGENT" ] || cargo build --quiet --bin agent
 stamp=$(date -u +%Y%m%d-%H%M%S)

@@ -6,6 +6,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/env.sh
+need_shared
 scripts/setup.sh
 model="${AGENT_MODEL:-default}"
 # The results folder: the caller's `--output DIR`, else a new temporary one.
@@ -21,7 +22,7 @@ if [ -z "$out" ]; then
   out="$(mktemp -d "${TMPDIR:-/tmp}/agent-demo.XXXXXX")"
   set -- --output "$out" "$@"
 fi
-"$AGENT_BIN" bench ../shared/tb1-tasks/hello-world --model "$model" "$@"
+"$AGENT_BIN" bench "$AGENT_SHARED/tb1-tasks/hello-world" --model "$model" "$@"
 if grep -q '"resolved": true' "$out/results.json" 2>/dev/null; then
   echo "✓ the model $model resolved hello-world: the task's tests ran and passed"
 else

@@ -3,6 +3,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/env.sh
+need_shared
 AGENT_SETUP_ALL_TARGETS=1 scripts/setup.sh
 cargo fmt --all --check
 cargo clippy --quiet --workspace --all-targets -- -D warnings

@@ -345,7 +345,7 @@ fn a_tb2_multi_service_task_resolves_through_the_oracle() {
     let rt = tokio::runtime::Runtime::new().unwrap();
     rt.block_on(support::docker());
     let dir = tempfile::tempdir().unwrap();
-    let task = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../shared/tb2-tasks/simple-web-scraper");
+    let task = support::tb2_task("simple-web-scraper");
     let id = run_id("tb2scraper");
     let (code, text, r) = bench(&dir.path().join("r"), &id, &["--agent", "oracle"], &[&task]);
     assert_eq!(code, 0, "{text}");

@@ -3,6 +3,7 @@
 // Test helpers outside `#[test]` functions may panic too (clippy.toml allows it only there).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod architecture;
 mod support;
 
 mod bench;

@@ -68,9 +68,26 @@ pub fn agent_bin() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_agent"))
 }
 
-/// The shared Terminal-Bench tasks (`../shared/tb1-tasks`).
+/// The folder with the Terminal-Bench tasks (`tb1-tasks/`, `tb2-tasks/`), named by
+/// `$AGENT_SHARED` (`scripts/test.sh` sets it).
+pub fn shared_dir() -> PathBuf {
+    match std::env::var_os("AGENT_SHARED") {
+        Some(dir) if PathBuf::from(&dir).join("tb1-tasks").is_dir() => PathBuf::from(dir),
+        _ => panic!(
+            "the Terminal-Bench tasks were not found: set AGENT_SHARED to a folder holding tb1-tasks/ and \
+             tb2-tasks/, or run the suite through scripts/test.sh (see docs/development.md)"
+        ),
+    }
+}
+
+/// A task of the shared TB1 set.
 pub fn tb1_task(name: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../shared/tb1-tasks").join(name)
+    shared_dir().join("tb1-tasks").join(name)
+}
+
+/// A task of the shared TB2 (Harbor layout) set.
+pub fn tb2_task(name: &str) -> PathBuf {
+    shared_dir().join("tb2-tasks").join(name)
 }
 
 /// Names of containers (all states) whose name contains `name`.
