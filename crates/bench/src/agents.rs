@@ -53,8 +53,10 @@ pub struct AgentOutcome {
     pub parse_error_turns: u32,
     /// The action format used (`native`/`text`; empty for the oracle).
     pub tool_format: String,
-    /// Why the episode ended (ours) or the solution's exit status (oracle).
+    /// Why the episode ended (ours) or the solution's exit status (oracle), in words.
     pub ended: String,
+    /// Why our agent's episode ended, typed (none for the oracle, nop or a failed start).
+    pub end_reason: Option<EndReason>,
 }
 
 /// Runs the agent on a started environment; logs go into `trial_dir`. When the task's
@@ -288,6 +290,7 @@ async fn ours(
         parse_error_turns: u32::try_from(parse_error_turns.len()).unwrap_or(u32::MAX),
         tool_format: tool_format.to_string(),
         ended: reason.describe().to_string(),
+        end_reason: Some(reason),
     };
     (outcome, shell)
 }

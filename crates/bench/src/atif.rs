@@ -3,6 +3,7 @@
 //! instruction, and one agent step per model turn carrying its tool calls, their
 //! observations and its token metrics.
 
+use agent_protocol::trajectory::Trajectory;
 use serde_json::{json, Map, Value};
 
 /// The schema version written.
@@ -11,63 +12,59 @@ pub const ATIF_VERSION: &str = "ATIF-v1.4";
 /// Converts the lines of a trajectory JSONL file; unreadable lines are skipped (a
 /// killed episode may end mid-line).
 pub fn to_atif(jsonl: &str) -> Value {
-    let lines: Vec<Value> = jsonl.lines().filter_map(|l| serde_json::from_str(l).ok()).collect();
-    let start = lines.iter().find(|l| l["type"] == "episode_start").cloned().unwrap_or(Value::Null);
-    let model = start["model"].as_str().unwrap_or("unknown").to_string();
+    let t = Trajectory::parse_lenient(jsonl);
+    let model = t.start.as_ref().map_or("unknown", |s| s.model.as_str()).to_string();
     let mut steps: Vec<Value> = Vec::new();
     let mut push = |mut step: Map<String, Value>| {
         step.insert("step_id".into(), json!(steps.len() + 1));
         steps.push(Value::Object(step));
     };
-    if let Some(sp) = start["system_prompt"].as_str() {
-        push(obj(json!({"source": "system", "message": sp})));
+    if let Some(start) = &t.start {
+        push(obj(json!({"source": "system", "message": start.system_prompt})));
     }
     let (mut prompt, mut completion) = (0u64, 0u64);
-    for (i, turn) in lines.iter().filter(|l| l["type"] == "turn").enumerate() {
+    for (i, turn) in t.turns.iter().enumerate() {
         // Later user messages are the observations, already attached to the agent step.
         if i == 0 {
-            if let Some(text) = turn["user"]["content"].as_str() {
-                push(obj(json!({"source": "user", "message": text})));
-            }
+            push(obj(json!({"source": "user", "message": turn.user.content})));
         }
-        let usage = &turn["usage"];
-        prompt += usage["prompt_tokens"].as_u64().unwrap_or(0);
-        completion += usage["completion_tokens"].as_u64().unwrap_or(0);
-        let observations = turn["observations"].as_array().cloned().unwrap_or_default();
-        let calls: Vec<Value> = observations
+        prompt += turn.usage.prompt_tokens;
+        completion += turn.usage.completion_tokens;
+        let calls: Vec<Value> = turn
+            .observations
             .iter()
-            .map(|o| json!({"tool_call_id": o["call_id"], "function_name": o["tool"], "arguments": o["args"]}))
+            .map(|o| json!({"tool_call_id": o.call_id, "function_name": o.tool, "arguments": o.args}))
             .collect();
         let results: Vec<Value> =
-            observations.iter().map(|o| json!({"source_call_id": o["call_id"], "content": o["observation"]})).collect();
+            turn.observations.iter().map(|o| json!({"source_call_id": o.call_id, "content": o.observation})).collect();
         let mut metrics = obj(json!({
-            "prompt_tokens": usage["prompt_tokens"],
-            "completion_tokens": usage["completion_tokens"],
+            "prompt_tokens": turn.usage.prompt_tokens,
+            "completion_tokens": turn.usage.completion_tokens,
         }));
-        for key in ["prompt_token_ids", "completion_token_ids"] {
-            if turn[key].is_array() {
-                metrics.insert(key.into(), turn[key].clone());
-            }
+        if let Some(ids) = &turn.prompt_token_ids {
+            metrics.insert("prompt_token_ids".into(), json!(ids));
+        }
+        if let Some(ids) = &turn.completion_token_ids {
+            metrics.insert("completion_token_ids".into(), json!(ids));
         }
         let mut step = obj(json!({
             "source": "agent",
             "model_name": model,
-            "message": turn["assistant"],
+            "message": turn.assistant,
             "metrics": metrics,
         }));
         if !calls.is_empty() {
             step.insert("tool_calls".into(), Value::Array(calls));
             step.insert("observation".into(), json!({ "results": results }));
         }
-        if let Some(errors) = turn["parse_errors"].as_array().filter(|e| !e.is_empty()) {
-            step.insert("extra".into(), json!({ "parse_errors": errors }));
+        if !turn.parse_errors.is_empty() {
+            step.insert("extra".into(), json!({ "parse_errors": turn.parse_errors }));
         }
         push(step);
     }
-    let end = lines.iter().find(|l| l["type"] == "episode_end");
     json!({
         "schema_version": ATIF_VERSION,
-        "session_id": start["episode_id"],
+        "session_id": t.start.as_ref().map(|s| s.episode_id.clone()),
         "agent": {"name": "agent", "version": env!("CARGO_PKG_VERSION"), "model_name": model},
         "steps": steps,
         "final_metrics": {
@@ -75,7 +72,7 @@ pub fn to_atif(jsonl: &str) -> Value {
             "total_completion_tokens": completion,
             "total_steps": steps.len(),
         },
-        "extra": {"end_reason": end.map(|e| e["reason"].clone()), "run_id": start["run_id"]},
+        "extra": {"end_reason": t.end.as_ref().map(|e| e.reason), "run_id": t.start.as_ref().map(|s| s.run_id.clone())},
     })
 }
 
@@ -93,12 +90,12 @@ mod tests {
     #[test]
     fn converts_turns_tool_calls_and_metrics() {
         let jsonl = concat!(
-            r#"{"type":"episode_start","episode_id":"e1","run_id":"r","model":"m","system_prompt":"be good"}"#,
+            r#"{"type":"episode_start","schema":2,"episode_id":"e1","run_id":"r","model":"m","image":"i","started_at_unix_ms":1,"system_prompt":"be good"}"#,
             "\n",
-            r#"{"type":"turn","turn":1,"user":{"role":"user","content":"do it"},"assistant":"<bash>..","usage":{"prompt_tokens":10,"completion_tokens":3},"observations":[{"call_id":"c1","tool":"bash","args":{"cmd":"ls"},"observation":"a.txt"}],"parse_errors":[]}"#,
+            r#"{"type":"turn","turn":1,"user":{"role":"user","content":"do it"},"assistant":"<bash>..","finish_reason":"stop","usage":{"prompt_tokens":10,"completion_tokens":3},"model_ms":1,"actions":[],"observations":[{"call_id":"c1","tool":"bash","args":{"cmd":"ls"},"observation":"a.txt","exit_code":0,"timed_out":false,"duration_ms":1}],"parse_errors":[]}"#,
             "\n",
-            r#"{"type":"turn","turn":2,"user":{"role":"user","content":"<bash_output>"},"assistant":"done","usage":{"prompt_tokens":20,"completion_tokens":2},"observations":[]}"#,
-            "\n{\"type\":\"episode_end\",\"reason\":\"finished\"}\n{truncated"
+            r#"{"type":"turn","turn":2,"user":{"role":"user","content":"<bash_output>"},"assistant":"done","finish_reason":"stop","usage":{"prompt_tokens":20,"completion_tokens":2},"model_ms":1,"actions":[],"parse_errors":[],"observations":[]}"#,
+            "\n{\"type\":\"episode_end\",\"reason\":\"finished\",\"turns\":2,\"usage\":{\"prompt_tokens\":30,\"completion_tokens\":5},\"finish_message\":null,\"duration_ms\":5}\n{truncated"
         );
         let a = to_atif(jsonl);
         assert_eq!(a["schema_version"], ATIF_VERSION);

@@ -246,6 +246,7 @@ mod tests {
             parse_error_turns: 0,
             tool_format: String::new(),
             agent_ended: String::new(),
+            agent_end_reason: None,
             timings: Timings { total_secs: 1.5, ..Default::default() },
             started_at_unix_ms: 0,
             standins: Default::default(),

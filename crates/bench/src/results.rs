@@ -90,8 +90,12 @@ pub struct TrialRecord {
     /// The action format the agent used (`native` or `text`; empty for the oracle).
     #[serde(default)]
     pub tool_format: String,
+    /// How the agent phase ended, in words.
     #[serde(default)]
     pub agent_ended: String,
+    /// Why our agent's episode ended (absent for the oracle, nop or a failed start).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent_end_reason: Option<agent_protocol::EndReason>,
     pub timings: Timings,
     pub started_at_unix_ms: u128,
     /// Images of the task stood in for by local ones: task image → stand-in (what it is).
@@ -213,6 +217,7 @@ mod tests {
             parse_error_turns: 0,
             tool_format: String::new(),
             agent_ended: String::new(),
+            agent_end_reason: None,
             timings: Timings::default(),
             started_at_unix_ms: 1,
             standins: Default::default(),

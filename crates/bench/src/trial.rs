@@ -64,6 +64,7 @@ pub async fn run_trial_with(
         parse_error_turns: 0,
         tool_format: String::new(),
         agent_ended: String::new(),
+        agent_end_reason: None,
         timings: Timings::default(),
         started_at_unix_ms: SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis()).unwrap_or(0),
         standins: Default::default(),
@@ -127,6 +128,7 @@ pub async fn run_trial_with(
     rec.parse_error_turns = outcome.parse_error_turns;
     rec.tool_format = outcome.tool_format.clone();
     rec.agent_ended = outcome.ended.clone();
+    rec.agent_end_reason = outcome.end_reason;
     if let Some((mode, reason)) = outcome.failure {
         rec.failure_mode = mode;
         rec.reason = reason;

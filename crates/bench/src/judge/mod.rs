@@ -21,7 +21,7 @@ use tokio_util::sync::CancellationToken;
 
 use agent_llm::{ChatMessage, ChatRequest, LlmError, ModelBackend, Role, SamplingParams};
 
-pub use episode::{EpisodeFacts, JudgedCall, JudgedEpisode, JudgedTurn};
+pub use episode::{EpisodeFacts, JudgedEpisode};
 pub use render::{cut_middle, render_ending, render_transcript, RenderLimits};
 pub use reward::{mix_reward, RewardWeights};
 pub use verdict::{parse_verdict, Verdict, VerdictError, CAPS, COMPONENTS};
@@ -45,23 +45,9 @@ pub enum JudgeError {
 /// Trajectory JSONL the judge cannot read; each error names its line (1-based).
 #[derive(Debug, thiserror::Error)]
 pub enum TrajectoryError {
-    /// A line that is not JSON (a truncated or foreign file).
-    #[error("line {line}: not JSON: {source}")]
-    NotJson {
-        line: usize,
-        #[source]
-        source: serde_json::Error,
-    },
-    /// A `turn` record that lacks the fields of one.
-    #[error("line {line}: not a turn record: {source}")]
-    NotATurn {
-        line: usize,
-        #[source]
-        source: serde_json::Error,
-    },
-    /// A record without a `type` field.
-    #[error("line {line}: a record without a `type`")]
-    NoType { line: usize },
+    /// A line that is not a record of the trajectory contract (a truncated or foreign file).
+    #[error(transparent)]
+    Line(#[from] agent_protocol::trajectory::TrajectoryError),
     /// No `turn` record at all: the file holds no episode (write it with `agent run --trajectory`).
     #[error("no turn records: the trajectory holds no episode")]
     NoTurns,

@@ -1,7 +1,10 @@
 //! The episode rendered compactly for the judge: every reply in full (that is what is
 //! judged), long tool outputs cut in the middle with a marker saying how much is gone.
 
-use super::episode::{JudgedCall, JudgedEpisode};
+use agent_protocol::trajectory::ObservationRecord;
+use agent_protocol::EndReason;
+
+use super::episode::JudgedEpisode;
 
 /// Limits of the rendering.
 #[derive(Debug, Clone, Copy)]
@@ -29,9 +32,9 @@ pub fn cut_middle(text: &str, max: usize) -> String {
     format!("{head}\n[... {} characters cut ...]\n{tail}", count - 2 * (max / 2))
 }
 
-fn call_line(call: &JudgedCall) -> String {
+fn call_line(call: &ObservationRecord) -> String {
     let args = match &call.args {
-        serde_json::Value::Object(map) if !map.is_empty() => {
+        map if !map.is_empty() => {
             let parts: Vec<String> = map
                 .iter()
                 .map(|(k, v)| match v {
@@ -67,10 +70,10 @@ pub fn render_transcript(episode: &JudgedEpisode, limits: RenderLimits) -> Strin
         if malformed > 0 {
             out.push_str(&format!("(this reply had {malformed} malformed tool call(s))\n"));
         }
-        if turn.calls.is_empty() && malformed == 0 {
+        if turn.observations.is_empty() && malformed == 0 {
             out.push_str("(no tool call in this reply)\n");
         }
-        for call in &turn.calls {
+        for call in &turn.observations {
             out.push_str(&format!(
                 "Tool {}:\n{}\n",
                 call_line(call),
@@ -84,15 +87,17 @@ pub fn render_transcript(episode: &JudgedEpisode, limits: RenderLimits) -> Strin
 
 /// The "how it ended" section.
 pub fn render_ending(episode: &JudgedEpisode) -> String {
-    let reason = match episode.end_reason.as_deref() {
-        Some("finished") => "the agent called `finish`",
-        Some("max_turns") => "the turn limit was reached",
-        Some("token_budget") => "the token budget ran out",
-        Some("context_exhausted") => "the conversation outgrew the model's context window",
-        Some("wall_clock") => "the time limit was reached",
-        Some("parse_failures") => "too many replies in a row had no valid tool call",
-        Some("interrupted") => "the user interrupted it",
-        Some(other) => other,
+    let reason = match episode.end_reason {
+        Some(EndReason::Finished) => "the agent called `finish`",
+        Some(EndReason::MaxTurns) => "the turn limit was reached",
+        Some(EndReason::TokenBudget) => "the token budget ran out",
+        Some(EndReason::ContextExhausted) => "the conversation outgrew the model's context window",
+        Some(EndReason::WallClock) => "the time limit was reached",
+        Some(EndReason::ParseFailures) => "too many replies in a row had no valid tool call",
+        Some(EndReason::Interrupted) => "the user interrupted it",
+        Some(EndReason::Repetition) => "repetition",
+        Some(EndReason::Shutdown) => "shutdown",
+        Some(EndReason::Error) => "error",
         None => "the transcript stops here (no end record)",
     };
     match &episode.finish_message {
@@ -104,7 +109,16 @@ pub fn render_ending(episode: &JudgedEpisode) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::judge::episode::JudgedTurn;
+    use agent_protocol::trajectory::TurnRecord;
+
+    fn turn(assistant: &str, observations: serde_json::Value) -> TurnRecord {
+        serde_json::from_value(serde_json::json!({
+            "turn": 1, "user": {"role": "user", "content": "t"}, "assistant": assistant, "finish_reason": "stop",
+            "usage": {"prompt_tokens": 0, "completion_tokens": 0}, "model_ms": 0, "actions": [], "parse_errors": [],
+            "observations": observations,
+        }))
+        .unwrap()
+    }
 
     #[test]
     fn long_text_keeps_head_and_tail() {
@@ -122,21 +136,16 @@ mod tests {
         let episode = JudgedEpisode {
             task: "t".into(),
             turns: vec![
-                JudgedTurn {
-                    assistant: "Let me look.".into(),
-                    calls: vec![JudgedCall {
-                        tool: "bash".into(),
-                        args: serde_json::json!({"cmd": "ls /app"}),
-                        observation: "x".repeat(5000),
-                        exit_code: Some(2),
-                        timed_out: false,
-                    }],
-                    parse_errors: vec![],
-                    tool_calls: vec![],
-                },
-                JudgedTurn { assistant: "I am done.".into(), calls: vec![], parse_errors: vec![], tool_calls: vec![] },
+                turn(
+                    "Let me look.",
+                    serde_json::json!([{
+                        "call_id": "c1", "tool": "bash", "args": {"cmd": "ls /app"}, "observation": "x".repeat(5000),
+                        "exit_code": 2, "timed_out": false, "duration_ms": 1,
+                    }]),
+                ),
+                turn("I am done.", serde_json::json!([])),
             ],
-            end_reason: Some("finished".into()),
+            end_reason: Some(EndReason::Finished),
             finish_message: Some("done".into()),
         };
         let text = render_transcript(&episode, RenderLimits::default());
@@ -149,7 +158,7 @@ mod tests {
 
     #[test]
     fn structured_native_calls_read_like_the_models_own() {
-        let line = r#"{"type":"turn","turn":1,"user":{"role":"user","content":"t"},"assistant":"","actions":[],"parse_errors":[],"observations":[{"tool":"bash","args":{"cmd":"ls"},"observation":"a","exit_code":0}],"tool_calls":[{"id":"c1","name":"bash","arguments":{"cmd":"ls"}}]}"#;
+        let line = r#"{"type":"turn","turn":1,"user":{"role":"user","content":"t"},"assistant":"","finish_reason":"stop","usage":{"prompt_tokens":1,"completion_tokens":1},"model_ms":1,"actions":[],"parse_errors":[],"observations":[{"call_id":"c1","tool":"bash","args":{"cmd":"ls"},"observation":"a","exit_code":0,"timed_out":false,"duration_ms":1}],"tool_calls":[{"id":"c1","name":"bash","arguments":{"cmd":"ls"}}]}"#;
         let episode = JudgedEpisode::from_trajectory(line).unwrap();
         let text = render_transcript(&episode, RenderLimits::default());
         assert!(

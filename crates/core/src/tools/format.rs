@@ -242,6 +242,7 @@ fn broken_call_error(body: &str, json_error: &str, specs: &ToolSpecs) -> Option<
         message: format!("this call is not valid JSON ({json_error}); it did not run.{hint}"),
         snippet: body.chars().take(300).collect(),
         example: write_call(&spec.name, &example_arguments(spec), ToolFormat::Native),
+        kind: crate::tools::ParseErrorKind::Malformed,
     })
 }
 
@@ -333,6 +334,7 @@ pub fn no_native_call_error(specs: &ToolSpecs) -> ActionParseError {
         ),
         snippet: String::new(),
         example: super::parser::default_native_example(specs),
+        kind: super::ParseErrorKind::NoAction,
     }
 }
 

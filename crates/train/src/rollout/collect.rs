@@ -238,9 +238,10 @@ fn classify(rec: &TrialRecord, recording: &Recording) -> (RolloutStatus, String)
         }
         _ => {}
     }
-    let budget = [EndReason::MaxTurns, EndReason::TokenBudget, EndReason::ContextExhausted]
-        .iter()
-        .any(|r| r.describe() == ended);
+    let budget = matches!(
+        rec.agent_end_reason,
+        Some(EndReason::MaxTurns | EndReason::TokenBudget | EndReason::ContextExhausted)
+    );
     if recording.truncated || budget {
         return (RolloutStatus::Truncated, ended);
     }

@@ -221,11 +221,12 @@ impl Session {
 
     async fn run(mut self) -> (EpisodeSummary, ToolExecutor) {
         self.writer.start(&EpisodeStart {
+            schema: agent_protocol::trajectory::TRAJECTORY_SCHEMA,
             episode_id: self.cfg.episode_id.clone(),
             run_id: self.cfg.run_id.clone(),
             model: self.cfg.model_name.clone(),
             image: self.cfg.image.clone(),
-            started_at_unix_ms: SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis()).unwrap_or(0),
+            started_at_unix_ms: SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0),
             system_prompt: self.cfg.system_prompt.clone(),
         });
         self.emit(Event::SessionConfigured {

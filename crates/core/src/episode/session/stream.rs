@@ -12,7 +12,7 @@ use tokio_util::sync::CancellationToken;
 use super::context::with_prompt_progress;
 use super::{Flags, Session};
 use crate::episode::stream_loop::{LoopCut, StreamLoopDetector};
-use crate::episode::trajectory::TurnRecord;
+use crate::episode::trajectory::{TurnFinish, TurnRecord};
 use agent_llm::{estimate_tokens, ChatMessage, ChatRequest, ChatResponse, FinishReason, LlmError};
 use agent_protocol::{Event, Op, TokenUsage};
 
@@ -30,11 +30,11 @@ pub(super) struct KeptReply {
 impl KeptReply {
     /// The finish reason the trajectory records: `repetition` for a reply cut while it
     /// streamed, whatever the backend said about the generation it was asked to stop.
-    pub(super) fn recorded_finish_reason(&self) -> String {
+    pub(super) fn recorded_finish_reason(&self) -> TurnFinish {
         if self.cut.is_some() && self.response.finish_reason != FinishReason::Cancelled {
-            return "repetition".into();
+            return TurnFinish::Repetition;
         }
-        format!("{:?}", self.response.finish_reason).to_lowercase()
+        self.response.finish_reason.into()
     }
 
     /// Tells the front end the reply as kept (it replaces the streamed text) and, after a

@@ -242,7 +242,7 @@ async fn an_interrupted_reply_goes_back_without_its_repeats() {
     let kept = watch.settle(Ok(response), true, &request()).unwrap();
     assert_eq!(kept.response.text, format!("Fixed it.\n{line}"));
     assert_eq!(kept.response.finish_reason, FinishReason::Cancelled, "still an interrupted reply");
-    assert_eq!(kept.recorded_finish_reason(), "cancelled");
+    assert_eq!(kept.recorded_finish_reason(), agent_protocol::trajectory::TurnFinish::Cancelled);
     assert!(kept.cut.is_some() && kept.token_ids_dropped);
     assert_eq!(streamed(&drain(&mut rx)), text, "everything streamed was shown");
     // An interrupted reply without repeats is kept as it is.

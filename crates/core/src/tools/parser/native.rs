@@ -20,6 +20,7 @@ pub fn parse_native_call(name: &str, arguments: &Json, specs: &ToolSpecs) -> Res
             message: format!("unknown tool `{}`; the tools are: {}", truncate_to(name, 60), specs.names().join(", ")),
             snippet: snippet(),
             example: default_native_example(specs),
+            kind: crate::tools::ParseErrorKind::Malformed,
         });
     };
     let from_object = |object: &Json| -> Result<Map<String, Json>, String> {
@@ -44,6 +45,7 @@ pub fn parse_native_call(name: &str, arguments: &Json, specs: &ToolSpecs) -> Res
         message,
         snippet: snippet(),
         example: native_example(spec),
+        kind: crate::tools::ParseErrorKind::Malformed,
     })
 }
 
@@ -62,6 +64,7 @@ impl Scanner<'_> {
                     ),
                     snippet: truncate(element),
                     example: self.default_native_example(),
+                    kind: crate::tools::ParseErrorKind::Malformed,
                 });
                 return;
             }
@@ -90,6 +93,7 @@ impl Scanner<'_> {
             message: message.to_string(),
             snippet: String::new(),
             example: self.default_native_example(),
+            kind: crate::tools::ParseErrorKind::Malformed,
         };
         let Json::Object(mut call) = call else {
             return Err(shape_error("a tool call must be a JSON object with `name` and `arguments`"));

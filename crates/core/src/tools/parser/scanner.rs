@@ -317,6 +317,7 @@ impl<'a> Scanner<'a> {
             ),
             snippet: truncate(element),
             example: format_example(self.specs),
+            kind: crate::tools::ParseErrorKind::Malformed,
         });
         self.stopped = true;
         true
@@ -339,6 +340,7 @@ impl<'a> Scanner<'a> {
                 message,
                 snippet: truncate(element),
                 example: spec.example_action(),
+                kind: crate::tools::ParseErrorKind::Malformed,
             }),
         }
     }
@@ -372,7 +374,19 @@ impl<'a> Scanner<'a> {
                 None => self.text.trim(),
             };
             let snippet = if source.is_empty() { "(an empty reply)".to_string() } else { truncate(source) };
-            self.errors.push(ActionParseError { tool: None, message, snippet, example: format_example(self.specs) });
+            // Tags that name no tool are an attempt at an action; a reply without any is not.
+            let kind = if self.unknown.is_empty() {
+                crate::tools::ParseErrorKind::NoAction
+            } else {
+                crate::tools::ParseErrorKind::Malformed
+            };
+            self.errors.push(ActionParseError {
+                tool: None,
+                message,
+                snippet,
+                example: format_example(self.specs),
+                kind,
+            });
         }
         ParseOutcome { actions: self.actions, errors: self.errors, prose_only }
     }
