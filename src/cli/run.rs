@@ -119,7 +119,6 @@ pub async fn run(args: RunArgs, project: Headless) -> anyhow::Result<u8> {
     // The engine is checked first: loading a local model takes a while.
     let resolve = super::resolve::resolve_options(config.api_key_env.clone(), args.local.options(), args.json);
     let model = resolve_model(&spec, &resolve).await?;
-    config.tool_format.resolve(&model.name(), model.native_tools()).map_err(|e| anyhow::anyhow!(e))?;
     if let Ok(removed) = agent_sandbox::prune(&engine, agent_sandbox::PruneScope::Orphaned).await {
         if !removed.is_empty() {
             printer.notice(&format!(

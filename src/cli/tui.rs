@@ -105,7 +105,10 @@ pub async fn run(
         say("● closed without opening the project");
         return Ok(signals.received().map_or(0, Signals::exit_code));
     };
-    let config = settings.config.clone();
+    let mut config = settings.config.clone();
+    if let Some(format) = args.tool_format {
+        config.tool_format = format;
+    }
     let run_id = uuid::Uuid::new_v4().simple().to_string();
     let spec_text = args.model.clone().or(config.model.clone()).unwrap_or_else(|| "default".into());
     let spec = ModelSpec::parse(&spec_text)?;
@@ -113,13 +116,11 @@ pub async fn run(
     let resolve = super::resolve::resolve_options(config.api_key_env.clone(), local, false);
     say(&format!("● loading the model {spec_text}"));
     let model = resolve_model(&spec, &resolve).await?;
-    let tool_format = args.tool_format.unwrap_or(config.tool_format);
+    let tool_format = config.tool_format;
     let (hooks, hooks_note) = super::hooks::session_hooks(settings.hooks.clone(), &cwd, None, args.no_hooks)?;
     if let Some(note) = &hooks_note {
         say(&format!("● {note}"));
     }
-    // Refused here, before the UI opens; a later `/model` switch falls back to text.
-    tool_format.resolve(&model.name(), model.native_tools()).map_err(|e| anyhow::anyhow!(e))?;
     let _ = agent_sandbox::prune(&engine, agent_sandbox::PruneScope::Orphaned).await;
 
     say("● starting the sandbox");
@@ -145,13 +146,13 @@ pub async fn run(
         hooks: hooks.clone(),
         mcp_servers: settings.mcp_servers.clone(),
     };
-    // The UI resolves the format for each session (a `/model` switch can change it).
-    let mut ui_config = config.clone();
-    ui_config.tool_format = ToolFormat::Text;
+    // An impossible `--tool-format native` is refused by the builder, before any
+    // container exists; each session then resolves the format against its model (a
+    // `/model` switch falls back to text).
     let prepare = async {
         let mut notices = project_notices.clone();
         let mut on_notice = |n: String| notices.push(n);
-        let built = build_episode(&engine, &ui_config, model.as_ref(), request, &mut on_notice).await;
+        let built = build_episode(&engine, &config, model.as_ref(), request, &mut on_notice).await;
         built.map(|episode| (episode, notices))
     };
     let prepared = tokio::select! {
@@ -171,7 +172,6 @@ pub async fn run(
     let sandbox = episode.sandbox.clone();
     // From here on the container exists: every path below ends in the clean-up.
     let result = async {
-        let native_prompt = episode.prompt.render(&episode.specs, ToolFormat::Native);
         let log_file = super::log::to_file(&run_id);
         let ctx = TuiContext {
             sandbox: episode.sandbox.clone(),
@@ -196,7 +196,7 @@ pub async fn run(
             resume,
             max_output: config.sandbox.max_output_bytes,
             tool_format,
-            native_prompt,
+            prompt: episode.prompt.clone(),
             mcp: episode.mcp.clone(),
             notices,
         };

@@ -20,6 +20,8 @@ pub mod optim;
 pub mod plot;
 pub mod preset;
 #[cfg(feature = "engines")]
+mod progress;
+#[cfg(feature = "engines")]
 pub mod rollout;
 #[cfg(feature = "engines")]
 pub mod run;
@@ -27,7 +29,6 @@ pub mod run;
 pub mod setup;
 #[cfg(feature = "engines")]
 pub mod sft;
-#[cfg(feature = "engines")]
 mod step;
 pub mod throughput;
 #[cfg(test)]

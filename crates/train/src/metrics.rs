@@ -90,6 +90,13 @@ pub struct StepMetrics {
     /// Seconds spent sampling.
     #[serde(with = "nan_as_null")]
     pub rollout_secs: f64,
+    /// Of the rollouts: seconds the judge worked, summed over rollouts (they run in
+    /// parallel, so this can exceed `rollout_secs`).
+    #[serde(default, with = "nan_as_null")]
+    pub judge_secs: f64,
+    /// Seconds spent on advantages (rollouts into training samples).
+    #[serde(default, with = "nan_as_null")]
+    pub advantage_secs: f64,
     /// Seconds spent updating.
     #[serde(with = "nan_as_null")]
     pub update_secs: f64,
@@ -119,6 +126,8 @@ impl StepMetrics {
     pub fn without_clock(&self) -> StepMetrics {
         StepMetrics {
             rollout_secs: 0.0,
+            judge_secs: 0.0,
+            advantage_secs: 0.0,
             update_secs: 0.0,
             score_secs: 0.0,
             grad_secs: 0.0,

@@ -21,12 +21,13 @@ use super::model::lora_gguf::save_adapter_folder;
 use super::model::{peft, LoraSettings, Qwen3, TrainMode};
 use super::optim::AdamW;
 use super::preset::{Preset, RolloutEngine, SftInto, TruncPolicy};
+use super::progress::progress_bar;
 use super::rollout::{
     run_spread, LlamaCppEngine, MistralrsEngine, PolicySampling, Rollout, RolloutPlan, RolloutRunner, RolloutSampler,
     RolloutStatus, Sampler,
 };
 use super::setup;
-use super::step::StepLoop;
+use super::step::{mix_seed, step_plans, StepLoop};
 use super::update::{Reference, Sample};
 use super::warm_start;
 use super::zero3;
@@ -90,17 +91,6 @@ pub fn train_mode(preset: &Preset) -> TrainMode {
         }),
         _ => TrainMode::Full,
     }
-}
-
-/// Mixes the run seed with other numbers into an independent seed.
-pub fn mix_seed(parts: &[u64]) -> u64 {
-    let mut h: u64 = 0xCBF2_9CE4_8422_2325;
-    for p in parts {
-        h ^= *p;
-        h = h.wrapping_mul(0x0100_0000_01B3);
-        h ^= h >> 29;
-    }
-    h
 }
 
 /// Runs (or resumes) a training run.
@@ -381,92 +371,6 @@ pub async fn train(
     Ok(report)
 }
 
-/// The rollouts of step `step`: `tasks_per_step` tasks drawn from (seed, step), each
-/// with `group_size` members and their own seeds.
-pub fn step_plans(preset: &Preset, n_tasks: usize, step: u64) -> Vec<RolloutPlan> {
-    let mut rng = rand::rngs::StdRng::seed_from_u64(mix_seed(&[preset.seed, step, 1]));
-    let mut order: Vec<usize> = (0..n_tasks).collect();
-    let mut chosen = Vec::new();
-    while chosen.len() < preset.grpo.tasks_per_step {
-        order.shuffle(&mut rng);
-        chosen.extend(order.iter().copied().take(preset.grpo.tasks_per_step - chosen.len()));
-    }
-    let mut plans = Vec::new();
-    for (slot, &task) in chosen.iter().enumerate() {
-        for member in 0..preset.grpo.group_size {
-            plans.push(RolloutPlan { task, member, seed: mix_seed(&[preset.seed, step, slot as u64, member as u64]) });
-        }
-    }
-    // Groups are told apart by slot: the same task may be drawn twice in one step.
-    for (i, p) in plans.iter_mut().enumerate() {
-        p.member = i;
-    }
-    plans
-}
-
-/// Turns a step's rollouts into training samples (advantages per group, dynamic
-/// sampling, the truncation policy) and the step's rollout metrics; `sampler_logp` keeps
-/// the sampler's log-probs for importance weights (another engine sampled them).
-pub fn build_samples(preset: &Preset, rollouts: &[Rollout], sampler_logp: bool) -> (Vec<Sample>, StepMetrics) {
-    let mut m = StepMetrics::default();
-    let g = preset.grpo.group_size.max(1);
-    let counted: Vec<&Rollout> = rollouts.iter().filter(|r| r.status != RolloutStatus::Crashed).collect();
-    m.rollouts = rollouts.len() as u64;
-    m.truncated = rollouts.iter().filter(|r| r.status == RolloutStatus::Truncated).count() as u64;
-    m.timed_out = rollouts.iter().filter(|r| r.status == RolloutStatus::TimedOut).count() as u64;
-    m.context_exhausted = rollouts
-        .iter()
-        .filter(|r| {
-            r.status == RolloutStatus::Truncated && r.reason == agent_protocol::EndReason::ContextExhausted.describe()
-        })
-        .count() as u64;
-    m.crashed = rollouts.iter().filter(|r| r.status == RolloutStatus::Crashed).count() as u64;
-    if !counted.is_empty() {
-        let n = counted.len() as f64;
-        // `+ 0.0` turns a -0.0 sum into 0.0 for the log.
-        m.reward_mean = counted.iter().map(|r| r.reward).sum::<f64>() / n + 0.0;
-        m.reward_std = (counted.iter().map(|r| (r.reward - m.reward_mean).powi(2)).sum::<f64>() / n).sqrt();
-        m.pass_rate = counted.iter().filter(|r| r.resolved).count() as f64 / n;
-    }
-    m.tokens = rollouts.iter().flat_map(|r| &r.recording.segments).map(|s| s.tokens.len() as u64).sum();
-    let mut samples = Vec::new();
-    for group in rollouts.chunks(g) {
-        // Crashed rollouts say nothing about the policy: they leave the group.
-        let members: Vec<&Rollout> = group.iter().filter(|r| r.status != RolloutStatus::Crashed).collect();
-        let rewards: Vec<f64> = members
-            .iter()
-            .map(|r| match (r.status, preset.grpo.truncated) {
-                (RolloutStatus::Truncated | RolloutStatus::TimedOut, TruncPolicy::Zero) => 0.0,
-                _ => r.reward,
-            })
-            .collect();
-        if members.len() < 2 || (preset.grpo.dynamic_sampling && is_degenerate(&rewards)) {
-            m.groups_dropped += 1;
-            continue;
-        }
-        m.groups_kept += 1;
-        let adv = group_advantages(&rewards, preset.grpo.advantage);
-        for (r, a) in members.iter().zip(adv) {
-            let masked = matches!(r.status, RolloutStatus::Truncated | RolloutStatus::TimedOut)
-                && preset.grpo.truncated == TruncPolicy::Mask;
-            if masked {
-                continue;
-            }
-            for seg in &r.recording.segments {
-                if seg.mask.iter().any(|&x| x != 0) {
-                    samples.push(Sample {
-                        tokens: seg.tokens.clone(),
-                        mask: seg.mask.clone(),
-                        advantage: a as f32,
-                        sampler_logp: if sampler_logp { seg.scored_sampler_logp() } else { None },
-                    });
-                }
-            }
-        }
-    }
-    (samples, m)
-}
-
 /// "success rate before training: 12.5%", or that there was no evaluation.
 fn describe_rate(when: &str, rate: f64) -> String {
     if rate.is_nan() {
@@ -520,52 +424,6 @@ async fn evaluate(
     Ok(rate)
 }
 
-/// Writes a checkpoint. Rank 0 writes the weights (the same on every rank) and the
-/// checkpoint; with a sharded optimiser every rank first stages its own shard of the
-/// optimiser state beside it, and rank 0 moves the shards in before the rename, so a
-/// checkpoint is complete for all ranks or absent.
-pub(crate) fn save_checkpoint(
-    checkpoints: &Checkpoints,
-    policy: &Qwen3,
-    opt: &AdamW,
-    mode: &TrainMode,
-    base: &Path,
-    state: &CheckpointState,
-    world: &dyn Collective,
-) -> Result<(), TrainError> {
-    // A sharded policy is gathered whole (into host memory) for rank 0, which writes it.
-    let whole = match &policy.zero3 {
-        Some(z) => blocking(|| z.gather_to(policy, world, &candle_core::Device::Cpu, world.rank() == 0))?,
-        None => None,
-    };
-    let policy = whole.as_ref().unwrap_or(policy);
-    let staging = checkpoints.staging_dir(state.step);
-    let file = opt.state_file_name();
-    // With ZeRO each rank holds its own part of the optimiser state.
-    let sharded = opt.zero_stage() > 0;
-    if sharded || world.rank() == 0 {
-        std::fs::create_dir_all(&staging).map_err(|e| TrainError::io("create", &staging, e))?;
-        candle_core::safetensors::save(&opt.state_tensors(), staging.join(&file)).ctx("writing the optimiser state")?;
-    }
-    blocking(|| barrier(world))?;
-    if world.rank() == 0 {
-        checkpoints.save(state, &|dir| {
-            match mode {
-                TrainMode::Lora(s) => save_adapter_folder(policy, s, base, &dir.join("adapter"))?,
-                TrainMode::Full => peft::save_full_weights(policy, base, &dir.join("model"))?,
-            }
-            for entry in std::fs::read_dir(&staging).map_err(|e| TrainError::io("read", &staging, e))?.flatten() {
-                let to = dir.join(entry.file_name());
-                std::fs::rename(entry.path(), &to).map_err(|e| TrainError::io("move", &entry.path(), e))?;
-            }
-            Ok(())
-        })?;
-        let _ = std::fs::remove_dir_all(&staging);
-    }
-    // Nobody goes on (and may be killed) before the checkpoint is in place.
-    blocking(|| barrier(world))
-}
-
 fn load_checkpoint(
     policy: &Qwen3,
     opt: &mut AdamW,
@@ -614,16 +472,4 @@ fn export_final(policy: &Qwen3, mode: &TrainMode, base: &Path, out: &Path) -> Re
     let dest = out.join(name);
     let _ = std::fs::remove_dir_all(&dest);
     std::fs::rename(&tmp, &dest).map_err(|e| TrainError::io("rename", &tmp, e))
-}
-
-pub(crate) fn progress_bar(show: bool, len: u64, what: &str) -> ProgressBar {
-    if !show {
-        return ProgressBar::hidden();
-    }
-    let b = ProgressBar::new(len);
-    if let Ok(style) = ProgressStyle::with_template("{prefix} [{bar:30}] {pos}/{len} {msg} ({elapsed})") {
-        b.set_style(style.progress_chars("=> "));
-    }
-    b.set_prefix(what.to_string());
-    b
 }

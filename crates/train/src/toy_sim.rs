@@ -12,8 +12,9 @@ use super::model::Qwen3;
 use super::optim::AdamW;
 use super::preset::Preset;
 use super::rollout::{GenerateRequest, Recording, Rollout, RolloutPlan, RolloutStatus, Sampler, Segment};
-use super::run::{build_samples, mix_seed, step_plans, train_mode};
+use super::run::train_mode;
 use super::setup;
+use super::step::{build_samples, mix_seed, step_plans};
 use super::update::{grpo_update, Reference};
 use agent_llm::ChatTemplate;
 use agent_llm::{ChatMessage, Role};
@@ -92,6 +93,7 @@ impl Reply {
             member: plan.member,
             tests_score: self.reward,
             judge_score: None,
+            judge_secs: 0.0,
             reward: self.reward,
             resolved: self.right,
             status: if self.complete { RolloutStatus::Complete } else { RolloutStatus::Truncated },

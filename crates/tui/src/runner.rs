@@ -11,7 +11,7 @@ use tokio::signal::unix::{signal, SignalKind};
 use tokio::sync::mpsc::{unbounded_channel, UnboundedSender};
 use tokio_util::sync::CancellationToken;
 
-use agent_core::episode::{spawn_session, swap_tool_section, SessionConfig, SessionHandle, ToolExecutor};
+use agent_core::episode::{spawn_session, swap_tool_section, PromptParts, SessionConfig, SessionHandle, ToolExecutor};
 use agent_core::mcp::McpHub;
 use agent_core::tools::ToolFormat;
 use agent_core::tools::ToolSpecs;
@@ -49,8 +49,8 @@ pub struct TuiContext {
     /// The action format asked for; each session resolves it against its model (a
     /// `/model` switch may change it).
     pub tool_format: ToolFormat,
-    /// The system prompt for the native format (`session.system_prompt` is the text one).
-    pub native_prompt: String,
+    /// What the system prompt is made of; each session renders it for its format.
+    pub prompt: PromptParts,
     /// The episode's MCP servers (for `/mcp`).
     pub mcp: Option<Arc<McpHub>>,
     /// What happened while the sandbox started (images mapped, MCP servers that failed),
@@ -70,7 +70,6 @@ struct Runner {
     ctx: TuiContext,
     app: App,
     core: Option<SessionHandle>,
-    base_prompt: String,
     episode: u32,
     writer: Option<SessionWriter>,
     shell_tx: UnboundedSender<ShellMsg>,
@@ -114,8 +113,7 @@ impl Runner {
         // front end refused an impossible `--tool-format native` before the UI opened.
         cfg.tool_format =
             self.ctx.tool_format.resolve(&cfg.model_name, self.ctx.model.native_tools()).unwrap_or(ToolFormat::Text);
-        let base = if cfg.tool_format == ToolFormat::Native { &self.ctx.native_prompt } else { &self.base_prompt };
-        cfg.system_prompt = format!("{base}{extra_prompt}");
+        cfg.system_prompt = format!("{}{extra_prompt}", self.ctx.prompt.render(&self.ctx.specs, cfg.tool_format));
         cfg.history = std::mem::take(&mut self.history);
         let mut specs = self.ctx.specs.clone();
         // An MCP server's tools may have changed during an earlier session: the new one
@@ -447,7 +445,6 @@ pub async fn run(mut ctx: TuiContext, executor: ToolExecutor) -> Result<Option<i
     let mut sighup = signal(SignalKind::hangup()).map_err(TuiError::Terminal)?;
     let mut sigquit = signal(SignalKind::quit()).map_err(TuiError::Terminal)?;
     let mut sigint = signal(SignalKind::interrupt()).map_err(TuiError::Terminal)?;
-    let base_prompt = ctx.session.system_prompt.clone();
     let resume = ctx.resume.take();
     let (shell_tx, mut shell_rx) = unbounded_channel();
     let session_id = uuid::Uuid::new_v4().simple().to_string()[..12].to_string();
@@ -466,7 +463,6 @@ pub async fn run(mut ctx: TuiContext, executor: ToolExecutor) -> Result<Option<i
         ctx,
         app,
         core: None,
-        base_prompt,
         episode: 0,
         writer,
         shell_tx,

@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use anyhow::Context;
 
 use agent_core::tools::{ToolFormat, ToolSpecs};
-use agent_llm::{CallStats, ModelSpec, ResolveOptions};
+use agent_llm::{CallStats, ModelSpec};
 use agent_local::model_speed::{measure, PerfOptions, PerfReport};
 
 /// Arguments of `agent perf model`.

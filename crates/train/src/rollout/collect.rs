@@ -42,6 +42,8 @@ pub struct Rollout {
     pub tests_score: f64,
     /// The judge's score, when a judge is configured and answered.
     pub judge_score: Option<f64>,
+    /// Seconds the judge took on this rollout (0 without a judge).
+    pub judge_secs: f64,
     /// The reward before the truncation policy.
     pub reward: f64,
     /// Every test passed.
@@ -199,6 +201,7 @@ impl RolloutRunner {
         let rec = run_trial_with(&self.ctx, Some(&source), entry, session as u32, dir.clone()).await;
         let recording = backend.recording();
         let (status, reason) = classify(&rec, &recording);
+        let judging = std::time::Instant::now();
         let judge_score = match (&self.judge, status) {
             (Some((judge, _)), RolloutStatus::Complete | RolloutStatus::Truncated | RolloutStatus::TimedOut) => {
                 match JudgedEpisode::from_trajectory_file(&dir.join("trajectory.jsonl")) {
@@ -208,12 +211,14 @@ impl RolloutRunner {
             }
             _ => None,
         };
+        let judge_secs = judging.elapsed().as_secs_f64();
         let weights = self.judge.as_ref().map(|(_, w)| *w).unwrap_or(RewardWeights { tests: 1.0, judge: 0.0 });
         Rollout {
             task: plan.task,
             member: plan.member,
             tests_score: rec.score,
             judge_score,
+            judge_secs,
             reward: mix_reward(rec.score, judge_score, weights),
             resolved: rec.resolved,
             status,

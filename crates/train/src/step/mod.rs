@@ -1,22 +1,30 @@
 //! One GRPO step as named phases: collect (rollouts run and scored) → advantages →
 //! update → log → checkpoint.
 
+mod plans;
+mod samples;
+mod save;
+
+pub use plans::{mix_seed, step_plans};
+pub use samples::build_samples;
+pub(crate) use save::save_checkpoint;
+
 use std::path::Path;
 use std::time::Instant;
 
 use indicatif::ProgressBar;
 
-use super::checkpoint::{CheckpointState, Checkpoints};
-use super::dist::{blocking, share_of, Collective};
-use super::error::TrainError;
-use super::metrics::{MetricsLog, StepMetrics};
-use super::model::{Qwen3, TrainMode};
-use super::optim::AdamW;
-use super::plot::write_reward_svg;
-use super::preset::Preset;
-use super::rollout::{run_spread, Rollout, RolloutRunner, RolloutSampler};
-use super::run::{build_samples, mix_seed, progress_bar, save_checkpoint, step_plans};
-use super::update::{grpo_update, Reference, Sample, UpdateSettings, UpdateStats};
+use crate::checkpoint::{CheckpointState, Checkpoints};
+use crate::dist::{blocking, share_of, Collective};
+use crate::error::TrainError;
+use crate::metrics::{MetricsLog, StepMetrics};
+use crate::model::{Qwen3, TrainMode};
+use crate::optim::AdamW;
+use crate::plot::write_reward_svg;
+use crate::preset::Preset;
+use crate::progress::progress_bar;
+use crate::rollout::{run_spread, Rollout, RolloutRunner, RolloutSampler};
+use crate::update::{grpo_update, Reference, Sample, UpdateSettings, UpdateStats};
 
 /// What one training step needs, borrowed from the run.
 pub(crate) struct StepLoop<'a> {
@@ -52,8 +60,11 @@ impl StepLoop<'_> {
         let started = Instant::now();
         let rollouts = self.collect(step).await?;
         let rollout_secs = started.elapsed().as_secs_f64();
-        let updating = Instant::now();
+        let judge_secs = rollouts.iter().map(|r| r.judge_secs).sum();
+        let weighing = Instant::now();
         let (samples, mut m) = self.advantages(&rollouts);
+        let advantage_secs = weighing.elapsed().as_secs_f64();
+        let updating = Instant::now();
         let stats = self.update(step, &samples).await?;
         m.step = step;
         m.loss = stats.loss;
@@ -65,6 +76,8 @@ impl StepLoop<'_> {
         m.lr = self.preset.optim.lr;
         m.model_tokens = stats.model_tokens;
         m.rollout_secs = rollout_secs;
+        m.judge_secs = judge_secs;
+        m.advantage_secs = advantage_secs;
         m.update_secs = updating.elapsed().as_secs_f64();
         m.score_secs = stats.phases.score_secs;
         m.grad_secs = stats.phases.grad_secs;
@@ -175,6 +188,10 @@ impl StepLoop<'_> {
 /// phases (forward and backward with the token positions they went through per second).
 fn phases_line(m: &StepMetrics) -> String {
     let mut line = format!(" (rollouts {:.1} s", m.rollout_secs);
+    if m.judge_secs > 0.0 {
+        line += &format!(", judge {:.1} s of it", m.judge_secs);
+    }
+    line += &format!("; advantages {:.2} s", m.advantage_secs);
     if m.update_tokens > 0 {
         let rate = if m.grad_secs > 0.0 { m.update_tokens as f64 / m.grad_secs } else { 0.0 };
         line += &format!(
