@@ -1,0 +1,7 @@
+//! agent-sandbox's integration tests, against the real Docker engine.
+// Test helpers outside `#[test]` functions may panic too (clippy.toml allows it only there).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use agent_test_support as support;
+
+mod shell;
