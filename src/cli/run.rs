@@ -177,7 +177,7 @@ pub async fn run(args: RunArgs, project: Headless) -> anyhow::Result<u8> {
     let prepared = tokio::select! {
         r = prepare => r,
         sig = signals.recv() => {
-            cleanup(&engine, &run_id).await;
+            agent_sandbox::cleanup_run(&engine, &run_id).await;
             printer.notice("interrupted before the episode started; nothing is left behind");
             return Ok(Signals::exit_code(sig));
         }
@@ -185,7 +185,7 @@ pub async fn run(args: RunArgs, project: Headless) -> anyhow::Result<u8> {
     let (episode, task_run, notices) = match prepared {
         Ok(p) => p,
         Err(e) => {
-            cleanup(&engine, &run_id).await;
+            agent_sandbox::cleanup_run(&engine, &run_id).await;
             return Err(e);
         }
     };
@@ -220,7 +220,7 @@ pub async fn run(args: RunArgs, project: Headless) -> anyhow::Result<u8> {
     if let Some(mut t) = task_run {
         t.env.teardown().await;
     }
-    cleanup(&engine, &run_id).await;
+    agent_sandbox::cleanup_run(&engine, &run_id).await;
     if let Some(sig) = signal_seen {
         return Ok(Signals::exit_code(sig));
     }
@@ -263,11 +263,4 @@ async fn start_task_env(
     TrialEnv::start(engine, task, &built, &settings, episode_id)
         .await
         .map_err(|e| anyhow::anyhow!("the task {}'s environment did not start: {e}", task.name))
-}
-
-/// Removes whatever this run created, registered or not (a create call that was in
-/// flight when a signal came may have finished after the registration point).
-async fn cleanup(engine: &Engine, run_id: &str) {
-    agent_sandbox::cleanup_registered(engine).await;
-    agent_sandbox::remove_run_settled(engine, run_id).await;
 }

@@ -158,14 +158,14 @@ pub async fn run(
     let prepared = tokio::select! {
         r = prepare => r,
         sig = signals.recv() => {
-            cleanup(&engine, &run_id).await;
+            agent_sandbox::cleanup_run(&engine, &run_id).await;
             return Ok(Signals::exit_code(sig));
         }
     };
     let (episode, notices) = match prepared {
         Ok(p) => p,
         Err(e) => {
-            cleanup(&engine, &run_id).await;
+            agent_sandbox::cleanup_run(&engine, &run_id).await;
             return Err(e.into());
         }
     };
@@ -212,7 +212,7 @@ pub async fn run(
     super::log::to_stderr();
     say("● removing the sandbox");
     sandbox.remove().await;
-    cleanup(&engine, &run_id).await;
+    agent_sandbox::cleanup_run(&engine, &run_id).await;
     result.map(|signal| signal.map_or(0, Signals::exit_code))
 }
 
@@ -269,10 +269,4 @@ fn print_sessions(dir: &Path) {
     for s in sessions.iter().take(30) {
         println!("  {}  {:>12}  {}  {}", s.id, store::ago(s.modified_unix), s.cwd, s.title);
     }
-}
-
-/// Removes whatever this run created, registered or not.
-async fn cleanup(engine: &agent_sandbox::Engine, run_id: &str) {
-    agent_sandbox::cleanup_registered(engine).await;
-    agent_sandbox::remove_run_settled(engine, run_id).await;
 }

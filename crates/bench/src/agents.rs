@@ -16,6 +16,7 @@ use super::task::BenchTask;
 use agent_core::config::Config;
 use agent_core::episode::{build_episode, ContainerSource, EpisodeRequest};
 use agent_core::hooks::Hooks;
+use agent_core::tools::ToolFormat;
 use agent_llm::{resolve_model, ModelBackend, ModelSpec, ResolveOptions};
 use agent_protocol::{EndReason, Event, Op, TokenUsage};
 use agent_sandbox::{shell_quote, Sandbox, Shell};
@@ -51,8 +52,8 @@ pub struct AgentOutcome {
     pub turns: u32,
     /// Turns whose reply had a parse error.
     pub parse_error_turns: u32,
-    /// The action format used (`native`/`text`; empty for the oracle).
-    pub tool_format: String,
+    /// The action format used (`native`/`text`; none for the oracle).
+    pub tool_format: Option<ToolFormat>,
     /// Why the episode ended (ours) or the solution's exit status (oracle), in words.
     pub ended: String,
     /// Why our agent's episode ended, typed (none for the oracle, nop or a failed start).
@@ -288,7 +289,7 @@ async fn ours(
         usage,
         turns,
         parse_error_turns: u32::try_from(parse_error_turns.len()).unwrap_or(u32::MAX),
-        tool_format: tool_format.to_string(),
+        tool_format: Some(tool_format),
         ended: reason.describe().to_string(),
         end_reason: Some(reason),
     };

@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 use std::fmt::Write;
 
 use super::results::ResultsFile;
+use agent_core::tools::ToolFormat;
 
 /// The terminal summary.
 pub fn summary_table(r: &ResultsFile, wall_secs: Option<f64>) -> String {
@@ -38,7 +39,7 @@ pub fn summary_table(r: &ResultsFile, wall_secs: Option<f64>) -> String {
     );
     if s.turns > 0 {
         let formats: std::collections::BTreeSet<&str> =
-            r.trials.iter().map(|t| t.tool_format.as_str()).filter(|f| !f.is_empty()).collect();
+            r.trials.iter().filter_map(|t| t.tool_format).map(ToolFormat::as_str).collect();
         let formats: Vec<&str> = formats.into_iter().collect();
         let _ = writeln!(
             o,
@@ -244,7 +245,7 @@ mod tests {
             usage: Default::default(),
             turns: 0,
             parse_error_turns: 0,
-            tool_format: String::new(),
+            tool_format: None,
             agent_ended: String::new(),
             agent_end_reason: None,
             timings: Timings { total_secs: 1.5, ..Default::default() },

@@ -11,6 +11,7 @@ use super::agents::AgentKind;
 use super::error::BenchError;
 use super::pytest::TestResult;
 use super::verify::VerifiedBy;
+use agent_core::tools::ToolFormat;
 use agent_protocol::TokenUsage;
 
 /// Why a trial did not end normally (`unset`: it did; the tests decide).
@@ -87,9 +88,10 @@ pub struct TrialRecord {
     /// Turns whose reply had a parse error (a malformed call, or no call at all).
     #[serde(default)]
     pub parse_error_turns: u32,
-    /// The action format the agent used (`native` or `text`; empty for the oracle).
-    #[serde(default)]
-    pub tool_format: String,
+    /// The action format the agent used (`native` or `text`; absent for the oracle and
+    /// nop; results written before it was typed have `""` there).
+    #[serde(default, deserialize_with = "empty_as_none", skip_serializing_if = "Option::is_none")]
+    pub tool_format: Option<ToolFormat>,
     /// How the agent phase ended, in words.
     #[serde(default)]
     pub agent_ended: String,
@@ -183,6 +185,20 @@ pub fn load_manifest(run_dir: &Path) -> Result<RunManifest, BenchError> {
     })
 }
 
+/// An optional value whose absence older files wrote as `""`.
+fn empty_as_none<'de, D, T>(d: D) -> Result<Option<T>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: serde::de::DeserializeOwned,
+{
+    let v = serde_json::Value::deserialize(d)?;
+    match v {
+        serde_json::Value::Null => Ok(None),
+        serde_json::Value::String(s) if s.is_empty() => Ok(None),
+        other => serde_json::from_value(other).map(Some).map_err(serde::de::Error::custom),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -215,7 +231,7 @@ mod tests {
             usage: TokenUsage::default(),
             turns: 0,
             parse_error_turns: 0,
-            tool_format: String::new(),
+            tool_format: None,
             agent_ended: String::new(),
             agent_end_reason: None,
             timings: Timings::default(),

@@ -153,7 +153,7 @@ mod tests {
             usage: TokenUsage { prompt_tokens: 10, completion_tokens: 1 },
             turns: 1,
             parse_error_turns: 0,
-            tool_format: String::new(),
+            tool_format: None,
             agent_ended: String::new(),
             agent_end_reason: None,
             timings: Timings { total_secs: 2.0, ..Default::default() },

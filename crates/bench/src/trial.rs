@@ -62,7 +62,7 @@ pub async fn run_trial_with(
         usage: Default::default(),
         turns: 0,
         parse_error_turns: 0,
-        tool_format: String::new(),
+        tool_format: None,
         agent_ended: String::new(),
         agent_end_reason: None,
         timings: Timings::default(),
@@ -126,7 +126,7 @@ pub async fn run_trial_with(
     rec.usage = outcome.usage;
     rec.turns = outcome.turns;
     rec.parse_error_turns = outcome.parse_error_turns;
-    rec.tool_format = outcome.tool_format.clone();
+    rec.tool_format = outcome.tool_format;
     rec.agent_ended = outcome.ended.clone();
     rec.agent_end_reason = outcome.end_reason;
     if let Some((mode, reason)) = outcome.failure {

@@ -37,7 +37,9 @@ pub use mount::Mount;
 pub use network::{remove_run_networks, Network};
 pub use output::{sanitize, OutputCollector};
 pub use port::{PublishedPort, PUBLISH_ADDRESS};
-pub use prune::{owner_label, prune, remove_own_settled, remove_run, remove_run_settled, PruneScope, Removed};
+pub use prune::{
+    cleanup_run, owner_label, prune, remove_own_settled, remove_run, remove_run_settled, PruneScope, Removed,
+};
 pub use shell::{shell_quote, CommandResult, Shell};
 pub use standin::{build_standins, standin_for, Standin, TRIXIE_BASE_IMAGE};
 pub use stdio::{ExecReader, ExecStdio, ExecWriter, StderrTail};

@@ -215,6 +215,13 @@ pub async fn remove_run_settled(engine: &Engine, run_id: &str) -> Removed {
     remove_settled(engine, &format!("{LABEL_RUN}={run_id}")).await
 }
 
+/// What a front end that was interrupted removes: the containers it registered (started
+/// but perhaps not yet labelled as its run's) and everything labelled with `run_id`.
+pub async fn cleanup_run(engine: &Engine, run_id: &str) {
+    crate::container::cleanup_registered(engine).await;
+    remove_run_settled(engine, run_id).await;
+}
+
 /// Like [`remove_run_settled`] for everything this process created, whatever its run
 /// (a trainer's rollouts run under many run ids).
 pub async fn remove_own_settled(engine: &Engine) -> Removed {

@@ -6,29 +6,25 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use agent_sandbox::Engine;
-use indicatif::{ProgressBar, ProgressStyle};
-use rand::seq::SliceRandom;
-use rand::SeedableRng;
 use serde::Serialize;
 
 use super::checkpoint::{write_atomic, CheckpointState, Checkpoints};
 use super::dist::{barrier, blocking, share_of, Collective, SingleRank};
 use super::error::{TensorContext, TrainError};
-use super::grpo::{group_advantages, is_degenerate};
-use super::metrics::{MetricsLog, StepMetrics};
+use super::metrics::MetricsLog;
 use super::model::gguf;
 use super::model::lora_gguf::save_adapter_folder;
 use super::model::{peft, LoraSettings, Qwen3, TrainMode};
 use super::optim::AdamW;
-use super::preset::{Preset, RolloutEngine, SftInto, TruncPolicy};
+use super::preset::{Preset, RolloutEngine, SftInto};
 use super::progress::progress_bar;
 use super::rollout::{
     run_spread, LlamaCppEngine, MistralrsEngine, PolicySampling, Rollout, RolloutPlan, RolloutRunner, RolloutSampler,
     RolloutStatus, Sampler,
 };
 use super::setup;
-use super::step::{mix_seed, step_plans, StepLoop};
-use super::update::{Reference, Sample};
+use super::step::{mix_seed, StepLoop};
+use super::update::Reference;
 use super::warm_start;
 use super::zero3;
 use agent_bench::judge::{Judge, JudgeOptions, RewardWeights};
