@@ -11,6 +11,8 @@ use tracing_subscriber::fmt::MakeWriter;
 
 /// The file that takes the records instead of stderr, while one is set.
 static REDIRECT: Mutex<Option<File>> = Mutex::new(None);
+/// Its path, removed again by [`to_stderr`] when nothing was written to it.
+static REDIRECT_PATH: Mutex<Option<PathBuf>> = Mutex::new(None);
 
 /// The `tracing` writer: stderr, or the file set by [`to_file`].
 #[derive(Debug, Clone, Copy, Default)]
@@ -36,13 +38,20 @@ pub fn to_file(run_id: &str) -> Option<PathBuf> {
     let path = dir.join(format!("ui-{run_id}.log"));
     let file = std::fs::OpenOptions::new().create(true).append(true).open(&path).ok()?;
     *REDIRECT.lock().ok()? = Some(file);
+    if let Ok(mut p) = REDIRECT_PATH.lock() {
+        *p = Some(path.clone());
+    }
     Some(path)
 }
 
-/// Sends log records to stderr again.
+/// Sends log records to stderr again; a log file that stayed empty is removed.
 pub fn to_stderr() {
     if let Ok(mut g) = REDIRECT.lock() {
         *g = None;
+    }
+    let path = REDIRECT_PATH.lock().ok().and_then(|mut p| p.take());
+    if let Some(path) = path.filter(|p| std::fs::metadata(p).is_ok_and(|m| m.len() == 0)) {
+        let _ = std::fs::remove_file(path);
     }
 }
 
@@ -55,10 +64,17 @@ mod tests {
         let tmp = tempfile::tempdir().unwrap();
         let path = tmp.path().join("ui.log");
         *REDIRECT.lock().unwrap() = Some(File::create(&path).unwrap());
+        *REDIRECT_PATH.lock().unwrap() = Some(path.clone());
         LogWriter.make_writer().write_all(b"WARN one\n").unwrap();
         to_stderr();
         LogWriter.make_writer().write_all(b"").unwrap();
-        assert_eq!(std::fs::read_to_string(&path).unwrap(), "WARN one\n");
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), "WARN one\n", "a file with records is kept");
         assert!(REDIRECT.lock().unwrap().is_none());
+        // One that stayed empty is removed.
+        let empty = tmp.path().join("empty.log");
+        *REDIRECT.lock().unwrap() = Some(File::create(&empty).unwrap());
+        *REDIRECT_PATH.lock().unwrap() = Some(empty.clone());
+        to_stderr();
+        assert!(!empty.exists());
     }
 }

@@ -240,6 +240,7 @@ pub async fn run(args: TrainArgs, config: Config) -> anyhow::Result<u8> {
         out: out.clone(),
         resume: args.resume,
         progress: rank == 0 && !args.no_progress && std::io::stderr().is_terminal(),
+        resolve: super::resolve::resolve_options(config.api_key_env.clone(), Default::default(), rank != 0),
         config,
         world: world.clone(),
         device_ordinal,

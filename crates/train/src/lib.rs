@@ -29,6 +29,7 @@ pub mod run;
 pub mod setup;
 #[cfg(feature = "engines")]
 pub mod sft;
+#[cfg(feature = "engines")]
 mod step;
 pub mod throughput;
 #[cfg(test)]

@@ -44,12 +44,17 @@ pub struct TrainOptions {
     pub world: Arc<dyn Collective>,
     /// The GPU this process trains on (its local rank).
     pub device_ordinal: usize,
+    /// How a model spec becomes a backend (the judge's): the same options as every
+    /// other command.
+    pub resolve: agent_llm::ResolveOptions,
 }
 
 impl TrainOptions {
     /// Options for a one-process run.
     pub fn single(preset: Preset, out: PathBuf, resume: bool, progress: bool, config: Config) -> Self {
-        TrainOptions { preset, out, resume, progress, config, world: Arc::new(SingleRank), device_ordinal: 0 }
+        let resolve =
+            agent_llm::ResolveOptions { api_key_env: config.api_key_env.clone(), ..agent_local::resolve_options() };
+        TrainOptions { preset, out, resume, progress, config, world: Arc::new(SingleRank), device_ordinal: 0, resolve }
     }
 }
 
@@ -251,7 +256,7 @@ pub async fn train(
         Some(spec) => {
             let spec =
                 agent_llm::ModelSpec::parse(spec).map_err(|e| TrainError::Config(format!("reward.judge: {e}")))?;
-            let backend = agent_llm::resolve_model(&spec, &agent_local::resolve_options())
+            let backend = agent_llm::resolve_model(&spec, &opts.resolve)
                 .await
                 .map_err(|e| TrainError::Config(format!("reward.judge: {e}")))?;
             let judge = Judge::new(backend, JudgeOptions::default()).map_err(|e| TrainError::Config(e.to_string()))?;
