@@ -21,8 +21,6 @@ mod sandbox_lifecycle;
 mod serve;
 mod train;
 mod train_dist;
-mod train_engine;
-mod train_gguf;
 mod train_presets;
 mod trust;
 mod tui;
