@@ -9,10 +9,9 @@ use std::sync::Mutex;
 
 use tracing_subscriber::fmt::MakeWriter;
 
-/// The file that takes the records instead of stderr, while one is set.
-static REDIRECT: Mutex<Option<File>> = Mutex::new(None);
-/// Its path, removed again by [`to_stderr`] when nothing was written to it.
-static REDIRECT_PATH: Mutex<Option<PathBuf>> = Mutex::new(None);
+/// The file that takes the records instead of stderr while one is set, with its path
+/// ([`to_stderr`] removes the file again when nothing was written to it).
+static REDIRECT: Mutex<Option<(File, PathBuf)>> = Mutex::new(None);
 
 /// The `tracing` writer: stderr, or the file set by [`to_file`].
 #[derive(Debug, Clone, Copy, Default)]
@@ -22,7 +21,7 @@ impl<'a> MakeWriter<'a> for LogWriter {
     type Writer = Box<dyn Write + 'a>;
 
     fn make_writer(&'a self) -> Self::Writer {
-        let file = REDIRECT.lock().ok().and_then(|g| g.as_ref().and_then(|f| f.try_clone().ok()));
+        let file = REDIRECT.lock().ok().and_then(|g| g.as_ref().and_then(|(f, _)| f.try_clone().ok()));
         match file {
             Some(f) => Box::new(f),
             None => Box::new(std::io::stderr()),
@@ -37,19 +36,13 @@ pub fn to_file(run_id: &str) -> Option<PathBuf> {
     std::fs::create_dir_all(&dir).ok()?;
     let path = dir.join(format!("ui-{run_id}.log"));
     let file = std::fs::OpenOptions::new().create(true).append(true).open(&path).ok()?;
-    *REDIRECT.lock().ok()? = Some(file);
-    if let Ok(mut p) = REDIRECT_PATH.lock() {
-        *p = Some(path.clone());
-    }
+    *REDIRECT.lock().ok()? = Some((file, path.clone()));
     Some(path)
 }
 
 /// Sends log records to stderr again; a log file that stayed empty is removed.
 pub fn to_stderr() {
-    if let Ok(mut g) = REDIRECT.lock() {
-        *g = None;
-    }
-    let path = REDIRECT_PATH.lock().ok().and_then(|mut p| p.take());
+    let path = REDIRECT.lock().ok().and_then(|mut g| g.take()).map(|(_, path)| path);
     if let Some(path) = path.filter(|p| std::fs::metadata(p).is_ok_and(|m| m.len() == 0)) {
         let _ = std::fs::remove_file(path);
     }
@@ -63,8 +56,7 @@ mod tests {
     fn records_go_to_the_file_while_it_is_set_and_to_stderr_after() {
         let tmp = tempfile::tempdir().unwrap();
         let path = tmp.path().join("ui.log");
-        *REDIRECT.lock().unwrap() = Some(File::create(&path).unwrap());
-        *REDIRECT_PATH.lock().unwrap() = Some(path.clone());
+        *REDIRECT.lock().unwrap() = Some((File::create(&path).unwrap(), path.clone()));
         LogWriter.make_writer().write_all(b"WARN one\n").unwrap();
         to_stderr();
         LogWriter.make_writer().write_all(b"").unwrap();
@@ -72,8 +64,7 @@ mod tests {
         assert!(REDIRECT.lock().unwrap().is_none());
         // One that stayed empty is removed.
         let empty = tmp.path().join("empty.log");
-        *REDIRECT.lock().unwrap() = Some(File::create(&empty).unwrap());
-        *REDIRECT_PATH.lock().unwrap() = Some(empty.clone());
+        *REDIRECT.lock().unwrap() = Some((File::create(&empty).unwrap(), empty.clone()));
         to_stderr();
         assert!(!empty.exists());
     }

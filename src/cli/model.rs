@@ -8,7 +8,6 @@ use clap::Subcommand;
 
 use agent_llm::models::catalog::{self, BUILTIN};
 use agent_llm::models::pull::{self, CacheState, PullOptions, PullOutcome};
-use agent_llm::models::Progress;
 use agent_llm::ModelSpec;
 use agent_local::tiny_qwen3::{self, TinyQwen3Config};
 
@@ -90,7 +89,7 @@ pub async fn run(cmd: ModelCommand) -> anyhow::Result<u8> {
         ModelCommand::List => list().await,
         ModelCommand::Pull { name, quiet } => {
             let model = pull::lookup(&name)?;
-            let opts = PullOptions::from_env(if quiet { Progress::hidden() } else { super::resolve::download_bar() })?;
+            let opts = PullOptions::from_env(super::resolve::download_progress(quiet))?;
             let started = Instant::now();
             let pulled = pull::pull_builtin(model, &opts).await?;
             if !quiet {

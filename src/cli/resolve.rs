@@ -12,18 +12,13 @@ use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 /// The resolve options of a command: `api_key_env` from the config (or a flag), `local`
 /// from the local-model flags; downloads are drawn unless `quiet`.
 pub fn resolve_options(api_key_env: Option<String>, local: LocalModelOptions, quiet: bool) -> ResolveOptions {
-    ResolveOptions {
-        api_key_env,
-        local,
-        progress: if quiet { Progress::hidden() } else { download_bar() },
-        ..agent_local::resolve_options()
-    }
+    ResolveOptions { api_key_env, local, progress: download_progress(quiet), ..agent_local::resolve_options() }
 }
 
-/// A model download drawn as a byte-count bar on stderr; nothing when stderr is not a
-/// terminal (a log file gets no bar frames).
-pub fn download_bar() -> Progress {
-    if !std::io::stderr().is_terminal() {
+/// A model download drawn as a byte-count bar on stderr; nothing when `quiet` or when
+/// stderr is not a terminal (a log file gets no bar frames).
+pub fn download_progress(quiet: bool) -> Progress {
+    if quiet || !std::io::stderr().is_terminal() {
         return Progress::hidden();
     }
     // One bar per download: created by its first update, cleared by `Finished`, so a

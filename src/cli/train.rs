@@ -235,12 +235,13 @@ pub async fn run(args: TrainArgs, config: Config) -> anyhow::Result<u8> {
     };
     let docker = agent_sandbox::connect().await?;
     super::bench::sweep_orphans(&docker).await;
+    let progress = rank == 0 && !args.no_progress && std::io::stderr().is_terminal();
     let opts = TrainOptions {
         preset,
         out: out.clone(),
         resume: args.resume,
-        progress: rank == 0 && !args.no_progress && std::io::stderr().is_terminal(),
-        resolve: super::resolve::resolve_options(config.api_key_env.clone(), Default::default(), rank != 0),
+        progress,
+        resolve: super::resolve::resolve_options(config.api_key_env.clone(), Default::default(), !progress),
         config,
         world: world.clone(),
         device_ordinal,
