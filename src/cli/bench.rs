@@ -6,7 +6,7 @@ use std::time::Instant;
 use anyhow::Context;
 use clap::Args;
 
-use agent_bench::{AgentKind, BenchOptions, HostEnv, VerifyMode};
+use agent_bench::{AgentKind, BenchOptions, VerifyMode};
 use agent_core::config::Config;
 
 use super::signals::Signals;
@@ -42,15 +42,8 @@ pub struct BenchArgs {
     /// script cannot fetch its runner.
     #[arg(long, value_enum, default_value_t = VerifyMode::Auto)]
     pub verify: VerifyMode,
-    /// Extra `/etc/hosts` entry for builds and containers (NAME:IP; repeatable).
-    #[arg(long = "add-host")]
-    pub add_host: Vec<String>,
-    /// CA bundle installed in task images (default: the host's, from SSL_CERT_FILE or the system store).
-    #[arg(long)]
-    pub ca_bundle: Option<PathBuf>,
-    /// Hand containers nothing from the host (no /etc/hosts entries, no CA bundle).
-    #[arg(long)]
-    pub no_host_env: bool,
+    #[command(flatten)]
+    pub host: super::host_args::HostArgs,
     /// Grant the Linux capabilities a task's compose file asks for (`cap_add`); without
     /// this flag such a task's trials fail before anything starts.
     #[arg(long)]
@@ -80,12 +73,7 @@ pub async fn run(args: BenchArgs, mut config: Config) -> anyhow::Result<u8> {
         config.tool_format = format;
     }
     let mut signals = Signals::install().context("cannot install signal handlers")?;
-    let mut host = if args.no_host_env {
-        HostEnv::default()
-    } else {
-        HostEnv::from_host(std::path::Path::new("/etc/hosts"), args.ca_bundle.as_deref())?
-    };
-    host.add_hosts(&args.add_host)?;
+    let host = args.host.host_env()?;
     let (hooks, hooks_note) = super::hooks::bench_hooks(args.hooks.as_deref())?;
     if let Some(note) = hooks_note {
         eprintln!("● {note}");

@@ -2,6 +2,7 @@
 
 mod bench;
 mod hooks;
+mod host_args;
 mod judge_eval;
 pub mod log;
 mod model;
@@ -66,7 +67,8 @@ pub enum Command {
     Model(model::ModelCommand),
     /// Train the policy with GRPO (LoRA or full updates) on tasks run in containers.
     Train(train::TrainArgs),
-    /// Generate terminal tasks (training and held-out splits) from a seed, list their families.
+    /// Make training tasks: generate them from a seed, validate task folders, synthesise
+    /// new ones with model agents.
     #[command(subcommand)]
     Tasks(tasks::TasksCommand),
     /// Measure speed: a local model's (tokens/s, first-turn latency), the trainer's
@@ -143,7 +145,7 @@ pub async fn dispatch(cli: Cli) -> anyhow::Result<u8> {
         Some(Command::Serve(args)) => serve::run(args, project::announced(&user, trust)?).await,
         Some(Command::Train(args)) => train::run(args, project::announced(&user, trust)?).await,
         Some(Command::Model(cmd)) => model::run(cmd).await,
-        Some(Command::Tasks(cmd)) => tasks::run(cmd),
+        Some(Command::Tasks(cmd)) => tasks::run(cmd, || project::announced(&user, trust)).await,
         Some(Command::JudgeEval(args)) => judge_eval::run(args).await,
         Some(Command::Perf(cmd)) => perf::run(cmd).await,
     }

@@ -19,6 +19,7 @@ mod models;
 mod real_models;
 mod sandbox_lifecycle;
 mod serve;
+mod tasks_synth;
 mod train;
 mod train_dist;
 mod train_presets;

@@ -42,6 +42,18 @@ pub enum ModelSource {
     PerTrial(ModelSpec, Box<ResolveOptions>),
 }
 
+impl ModelSource {
+    /// The model for one episode: the shared one, or a fresh one resolved now.
+    pub async fn get(&self) -> Result<Arc<dyn ModelBackend>, String> {
+        match self {
+            ModelSource::Shared(m) => Ok(m.clone()),
+            ModelSource::PerTrial(spec, opts) => {
+                resolve_model(spec, opts).await.map_err(|e| format!("the model could not be loaded: {e}"))
+            }
+        }
+    }
+}
+
 /// How the agent phase ended.
 #[derive(Debug, Clone, Default)]
 pub struct AgentOutcome {
@@ -193,12 +205,9 @@ async fn ours(
     trial_dir: &Path,
     (run_id, episode_id): (&str, &str),
 ) -> (AgentOutcome, Option<Shell>) {
-    let model = match model {
-        ModelSource::Shared(m) => m.clone(),
-        ModelSource::PerTrial(spec, opts) => match resolve_model(spec, opts).await {
-            Ok(m) => m,
-            Err(e) => return (failed(FailureMode::AgentError, format!("the model could not be loaded: {e}")), None),
-        },
+    let model = match model.get().await {
+        Ok(m) => m,
+        Err(e) => return (failed(FailureMode::AgentError, e), None),
     };
     let mut request = EpisodeRequest::headless(config, ContainerSource::Started(sandbox.clone()), run_id, episode_id);
     request.limits.wall_clock_secs = task.agent_timeout.as_secs_f64().ceil() as u64;

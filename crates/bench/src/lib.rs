@@ -21,8 +21,10 @@ pub mod results;
 pub mod run;
 pub mod solution;
 pub mod stats;
+pub mod synth;
 pub mod task;
 pub mod trial;
+pub mod validate;
 pub mod verify;
 
 pub use agents::{AgentKind, ModelSource};

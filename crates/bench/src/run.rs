@@ -65,6 +65,12 @@ fn timestamp(unix_secs: u64) -> String {
     format!("{y:04}{m:02}{d:02}-{:02}{:02}{:02}", secs / 3600, secs / 60 % 60, secs % 60)
 }
 
+/// A new run id: the UTC time and four random hex digits (`20261206-071500-3f2a`).
+pub fn fresh_run_id() -> String {
+    let secs = (now_ms() / 1000) as u64;
+    format!("{}-{}", timestamp(secs), &uuid::Uuid::new_v4().simple().to_string()[..4])
+}
+
 /// Decides the run id and directory; with `resume`, reads the earlier manifest.
 pub fn schedule(opts: &BenchOptions) -> Result<RunSchedule, BenchError> {
     if opts.resume {
@@ -79,10 +85,7 @@ pub fn schedule(opts: &BenchOptions) -> Result<RunSchedule, BenchError> {
     if opts.tasks.is_empty() {
         return Err(BenchError::Usage("no tasks given (pass task directories or directories of tasks)".into()));
     }
-    let run_id = opts.run_id.clone().unwrap_or_else(|| {
-        let secs = (now_ms() / 1000) as u64;
-        format!("{}-{}", timestamp(secs), &uuid::Uuid::new_v4().simple().to_string()[..4])
-    });
+    let run_id = opts.run_id.clone().unwrap_or_else(fresh_run_id);
     if run_id.is_empty() || !run_id.chars().all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c)) {
         return Err(BenchError::Usage(format!("--run-id `{run_id}`: use letters, digits, '-', '_' and '.'")));
     }
@@ -209,7 +212,9 @@ pub async fn run_bench(
     write_results(&schedule.run_dir, m, &mut done)
 }
 
-async fn model_source(spec: Option<&str>, resolve: &ResolveOptions) -> Result<ModelSource, BenchError> {
+/// The model of a run's agent: one shared by every episode, or for a scripted model a
+/// fresh one per episode (its replies restart). A bad spec or script stops here.
+pub async fn model_source(spec: Option<&str>, resolve: &ResolveOptions) -> Result<ModelSource, BenchError> {
     let spec = ModelSpec::parse(spec.unwrap_or("default")).map_err(|e| BenchError::Model(e.to_string()))?;
     Ok(match spec {
         ModelSpec::Scripted(_) => {

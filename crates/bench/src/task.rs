@@ -84,6 +84,16 @@ pub fn discover(paths: &[PathBuf]) -> Result<Vec<TaskEntry>, TaskError> {
             out.push(entry(path));
             continue;
         }
+        if crate::synth::index::is_synth_output(path) {
+            // An `agent tasks synth` output: the tasks its index accepted.
+            let dirs = crate::synth::index::task_dirs(path, None)
+                .map_err(|e| TaskError::Invalid { path: path.display().to_string(), reason: e.to_string() })?;
+            if dirs.is_empty() {
+                return Err(TaskError::NoTasks { path: path.display().to_string() });
+            }
+            out.extend(dirs.iter().map(|d| entry(d)));
+            continue;
+        }
         let mut dirs: Vec<PathBuf> = std::fs::read_dir(path)
             .map_err(|e| TaskError::Invalid { path: path.display().to_string(), reason: e.to_string() })?
             .flatten()

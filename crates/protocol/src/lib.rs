@@ -4,6 +4,7 @@
 //! session and receive [`Event`]s out of it; none of them touches the loop directly.
 
 pub mod chat;
+pub mod task_filter;
 pub mod trajectory;
 
 use serde::{Deserialize, Serialize};

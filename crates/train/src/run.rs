@@ -202,7 +202,12 @@ pub async fn train(
     };
     let config = setup::rollout_config(preset, &opts.config);
     let tasks_dir = preset.resolve_path(&preset.tasks)?;
-    let (ctx, tasks) = setup::trial_context(&tasks_dir, config, docker, &out.join("rollouts"), &run_id).await?;
+    let (ctx, tasks) =
+        setup::trial_context(&tasks_dir, config, docker, &out.join("rollouts"), &run_id, preset.task_filter.as_ref())
+            .await?;
+    if let Some(f) = &preset.task_filter {
+        log(format!("training on the {} indexed task(s) with {}", tasks.len(), f.describe()));
+    }
     let _ = agent_sandbox::remove_run_settled(docker, &run_id).await;
     let sampler: Arc<dyn RolloutSampler> = match preset.rollout.engine {
         RolloutEngine::Mistralrs => {
@@ -289,6 +294,7 @@ pub async fn train(
                 docker,
                 &out.join("eval-rollouts"),
                 &format!("{run_id}-eval"),
+                None,
             )
             .await?;
             let _ = agent_sandbox::remove_run_settled(docker, &format!("{run_id}-eval")).await;

@@ -18,6 +18,7 @@ use super::preset::{Preset, SftInto, SftSection};
 use super::rollout::chat::PromptRenderer;
 use super::sft::{read_transcripts, transcript_sample};
 use super::update::{sft_step, Sample, UpdateSettings};
+use agent_bench::synth::TaskFilter;
 use agent_bench::{
     discover, AgentKind, EnvSettings, HostEnv, ImageCache, TaskEntry, TrialContext, Verifier, VerifyMode,
 };
@@ -308,15 +309,34 @@ pub fn rollout_config(preset: &Preset, base: &Config) -> Config {
     config
 }
 
-/// The tasks and the trial context every rollout shares.
+/// The tasks of a synth output that pass the preset's filter.
+fn filtered_tasks(dir: &Path, filter: &TaskFilter) -> Result<Vec<TaskEntry>, TrainError> {
+    if !agent_bench::synth::index::is_synth_output(dir) {
+        return Err(TrainError::bad_file(
+            dir,
+            "is not an `agent tasks synth` output (index.jsonl beside tasks/), so the preset's task_filter cannot apply",
+        ));
+    }
+    let dirs = agent_bench::synth::index::task_dirs(dir, Some(filter)).map_err(|e| TrainError::Other(e.to_string()))?;
+    if dirs.is_empty() {
+        return Err(TrainError::bad_file(dir, format!("has no indexed task with {}", filter.describe())));
+    }
+    discover(&dirs).map_err(|e| TrainError::Other(e.to_string()))
+}
+
+/// The tasks and the trial context every rollout shares (with a synth output's filter).
 pub async fn trial_context(
     tasks_dir: &Path,
     config: Config,
     docker: &Engine,
     run_dir: &Path,
     run_id: &str,
+    filter: Option<&TaskFilter>,
 ) -> Result<(Arc<TrialContext>, Vec<Arc<TaskEntry>>), TrainError> {
-    let entries = discover(&[tasks_dir.to_path_buf()]).map_err(|e| TrainError::Other(e.to_string()))?;
+    let entries = match filter {
+        None => discover(&[tasks_dir.to_path_buf()]).map_err(|e| TrainError::Other(e.to_string()))?,
+        Some(f) => filtered_tasks(tasks_dir, f)?,
+    };
     let mut tasks = Vec::new();
     for e in entries {
         if let Err(err) = &e.task {

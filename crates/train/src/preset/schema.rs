@@ -31,6 +31,10 @@ pub struct Preset {
     pub mode: TrainMode,
     /// Directory of training tasks (relative paths: see [`Preset::resolve_path`]).
     pub tasks: String,
+    /// Which tasks of an `agent tasks synth` output to train on (difficulty, category,
+    /// the solver's pass-rate band); only for such a folder.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub task_filter: Option<agent_protocol::task_filter::TaskFilter>,
     /// The GRPO algorithm.
     pub grpo: Grpo,
     /// AdamW and batching.

@@ -200,3 +200,18 @@ fn rollout_memory_fraction_defaults_and_range() {
         assert!(fraction && p.optim.zero.is_some(), "{name} states its ZeRO stage and, below 3, its fraction");
     }
 }
+
+#[test]
+fn a_preset_filters_a_synth_index() {
+    let text = format!(
+        "{}\ntask_filter:\n  difficulty: [medium, hard]\n  pass_rate: [0.1, 0.6]\n",
+        cpu_tiny_text().replace("name: cpu-tiny", "name: filtered")
+    );
+    let p = parse(&text).unwrap();
+    let f = p.task_filter.unwrap();
+    assert_eq!(f.describe(), "difficulty medium/hard, pass rate 0.10–0.60");
+    assert!(
+        parse(&format!("{}\ntask_filter:\n  hardness: [x]\n", cpu_tiny_text())).is_err(),
+        "unknown keys are refused"
+    );
+}

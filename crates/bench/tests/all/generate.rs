@@ -6,9 +6,6 @@
 //! One task per family, the levels spread over the families (level 1 + i mod 3); set
 //! `GENERATE_IT_ALL_LEVELS=1` for every family at every level.
 
-// Test helpers outside `#[test]` functions may panic too (clippy.toml allows it only there).
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
 use std::path::{Path, PathBuf};
 
 use agent_bench::generate::{self, GeneratedTask, Split, MAX_LEVEL};

@@ -1,9 +1,15 @@
 //! `agent tasks …`: write procedurally generated training and held-out tasks, list the
-//! task families.
+//! task families, validate task folders (`validate.rs`), and make tasks with a
+//! multi-agent pipeline (`synth.rs`).
+
+mod synth;
+mod validate;
 
 use std::path::PathBuf;
 
 use clap::{Args, Subcommand};
+
+use agent_core::config::Config;
 
 use agent_bench::generate::{self, GenerateOptions, Split, MANIFEST, MAX_LEVEL};
 
@@ -16,6 +22,13 @@ pub enum TasksCommand {
     /// List the task families with what each level asks.
     #[command(name = "list-families")]
     ListFamilies,
+    /// Check task folders (TB1 or TB2) before training or bench: the image builds, the
+    /// tests fail untouched, the reference solution passes them in fresh containers
+    /// every time, the test weights are valid.
+    Validate(validate::ValidateArgs),
+    /// Make new tasks from seed tasks: idea, builder and reviewer agents (and a solver
+    /// for calibration), every task validated by running it.
+    Synth(synth::SynthArgs),
 }
 
 /// Arguments of `agent tasks generate`.
@@ -44,14 +57,17 @@ pub struct GenerateArgs {
     pub dir: PathBuf,
 }
 
-/// Runs a tasks subcommand.
-pub fn run(cmd: TasksCommand) -> anyhow::Result<u8> {
+/// Runs a tasks subcommand; `config` reads the settings (with the project's, as far as
+/// it is trusted) for the subcommands that run containers.
+pub async fn run(cmd: TasksCommand, config: impl FnOnce() -> anyhow::Result<Config>) -> anyhow::Result<u8> {
     match cmd {
         TasksCommand::ListFamilies => {
             list_families();
             Ok(0)
         }
         TasksCommand::Generate(args) => generate_tasks(args),
+        TasksCommand::Validate(args) => validate::run(args, config()?).await,
+        TasksCommand::Synth(args) => synth::run(args, config()?).await,
     }
 }
 
