@@ -68,7 +68,9 @@ pub async fn run(ctx: &SynthCtx, item: &Item) -> RoleOutput {
         Err(e) => return RoleOutput::failed(format!("the item's input is not an idea: {e}")),
     };
     let work = ctx.dirs.work(&item.id);
-    let draft = work.join("task");
+    // Its own name: the task's images are tagged by the folder's name, and drafts are
+    // built side by side.
+    let draft = work.join(format!("draft-{}", slug(&item.id, 60)));
     if let Err(e) = scaffold::write_draft(&draft, &format!("# {}\n\n{}\n", idea.title, idea.idea)) {
         return RoleOutput::failed(e.to_string());
     }

@@ -93,8 +93,16 @@ pub fn named_files(text: &str) -> BTreeSet<String> {
         if word.is_empty() {
             continue;
         }
+        // Programs and kernel files (`/bin/bash`, `/dev/null`) are how a script runs, not
+        // what a task asks for.
+        const SYSTEM: &[&str] =
+            &["/bin/", "/sbin/", "/usr/bin/", "/usr/sbin/", "/usr/local/bin/", "/dev/", "/proc/", "/sys/"];
+        if SYSTEM.iter().any(|p| word.starts_with(p)) || word.starts_with("#!") {
+            continue;
+        }
         let last = word.rsplit('/').next().unwrap_or(word);
-        let is_path = word.starts_with('/') && word.len() > 1 && !last.is_empty();
+        // `/app` or `</div>` is a folder or markup, `/app/out` a file without an extension.
+        let is_path = word.starts_with('/') && word.matches('/').count() >= 2 && !last.is_empty();
         let has_ext = last
             .rsplit_once('.')
             .is_some_and(|(stem, ext)| !stem.is_empty() && FILE_EXTS.contains(&ext.to_ascii_lowercase().as_str()));
@@ -193,6 +201,27 @@ pub fn network_failure(text: &str) -> Option<String> {
         .map(|l| l.trim().chars().take(240).collect())
 }
 
+/// The hosts a script or Dockerfile fetches from (`http(s)://HOST/…` in it), in order of
+/// first mention, without the package mirrors a build may use (Debian, PyPI).
+pub fn fetched_hosts(text: &str) -> Vec<String> {
+    const MIRRORS: &[&str] = &["deb.debian.org", "security.debian.org", "pypi.org", "files.pythonhosted.org"];
+    let mut out: Vec<String> = Vec::new();
+    for line in text.lines().filter(|l| !l.trim_start().starts_with('#')) {
+        let mut rest = line;
+        while let Some(i) = rest.find("://") {
+            let scheme_ok = rest[..i].ends_with("http") || rest[..i].ends_with("https");
+            let after = &rest[i + 3..];
+            let host: String =
+                after.chars().take_while(|c| c.is_ascii_alphanumeric() || ".-".contains(*c)).collect::<String>();
+            if scheme_ok && host.contains('.') && !MIRRORS.contains(&host.as_str()) && !out.contains(&host) {
+                out.push(host);
+            }
+            rest = after;
+        }
+    }
+    out
+}
+
 /// The test ids of a TB1 run, as pytest printed them.
 pub fn test_ids(tests: &[TestResult]) -> Vec<String> {
     tests.iter().map(|t| t.name.clone()).collect()
@@ -221,7 +250,7 @@ mod tests {
 
     #[test]
     fn file_names_are_paths_and_words_with_extensions() {
-        let text = "Write the sum to `/app/out.txt` and read data.csv (not https://x.org/a.txt). Run ./build.sh; see /etc/hosts.";
+        let text = "#!/bin/bash\nWrite the sum to `/app/out.txt` and read data.csv (not https://x.org/a.txt). Run ./build.sh with /usr/bin/env; see /etc/hosts > /dev/null in /app or <div>x</div>.";
         let names: Vec<String> = named_files(text).into_iter().collect();
         assert_eq!(names, vec!["build.sh", "data.csv", "hosts", "out.txt"]);
     }
@@ -243,6 +272,12 @@ mod tests {
             ]
         );
         assert_eq!(test_functions(dir.path()), vec!["test_x"]);
+    }
+
+    #[test]
+    fn fetched_hosts_leave_the_package_mirrors_out() {
+        let dockerfile = "RUN apt-get update\nRUN git clone https://github.com/openwall/john.git\n# see http://example.org/x\nRUN pip install -i https://pypi.org/simple x && curl -fsSL https://bootstrap.pypa.io/get-pip.py | python3";
+        assert_eq!(fetched_hosts(dockerfile), vec!["github.com", "bootstrap.pypa.io"]);
     }
 
     #[test]

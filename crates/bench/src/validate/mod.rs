@@ -258,6 +258,15 @@ impl Validator {
             Ok(t) => t,
             Err(e) => return fail(report, Verdict::Unloadable, e.to_string()),
         };
+        for (what, files) in [("the image build", dockerfiles(task)), ("the reference solution", solution_files(task))]
+        {
+            let text: String =
+                files.iter().map(|p| std::fs::read_to_string(p).unwrap_or_default()).collect::<Vec<_>>().join("\n");
+            let hosts = checks::fetched_hosts(&text);
+            if !hosts.is_empty() {
+                report.warnings.push(format!("{what} fetches from {} (it needs the internet)", hosts.join(", ")));
+            }
+        }
         // A fresh cache per validation: a builder edits its task's Dockerfile between
         // validations, and the cache keeps a task's images by name.
         let images = Arc::new(ImageCache::new(self.docker.clone(), &self.config.image_map, self.opts.host.build_env()));
@@ -281,11 +290,17 @@ impl Validator {
         if nop.failure_mode == FailureMode::EnvBuildFailed {
             return fail(report, Verdict::BuildFailed, nop.reason.clone());
         }
-        if matches!(nop.failure_mode, FailureMode::ParseError | FailureMode::TestTimeout | FailureMode::AgentError) {
-            return fail(report, Verdict::TestsNotFound, format!("on the untouched environment: {}", nop.reason));
-        }
-        if task.layout == Layout::Tb1 && nop.tests.is_empty() {
-            return fail(report, Verdict::TestsNotFound, "pytest ran no tests on the untouched environment".into());
+        // Tests that cannot even run untouched (a task whose environment is broken on
+        // purpose) fail untouched as far as scoring goes; whether they exist at all is
+        // decided by the oracle's runs below.
+        let nop_ran =
+            !(matches!(nop.failure_mode, FailureMode::ParseError | FailureMode::TestTimeout | FailureMode::AgentError)
+                || (task.layout == Layout::Tb1 && nop.tests.is_empty()));
+        if !nop_ran {
+            report.warnings.push(format!(
+                "the tests produce no result on the untouched environment: {}",
+                first_lines(&nop.reason, 2).chars().take(200).collect::<String>()
+            ));
         }
         report.nop_score = Some(nop.score);
         if nop.resolved {
@@ -349,6 +364,13 @@ impl Validator {
                     format!("the reference solution needs the internet: {line}"),
                 );
             }
+            if !nop_ran && failures.iter().all(|r| r.failure_mode == FailureMode::ParseError) {
+                return fail(
+                    report,
+                    Verdict::TestsNotFound,
+                    format!("the tests produce no result, untouched or after the reference solution: {why}"),
+                );
+            }
             return fail(
                 report,
                 Verdict::SolutionFails,
@@ -389,6 +411,26 @@ impl Validator {
         } else if !task.internet {
             report.offline_ok = Some(true);
         }
+    }
+}
+
+/// The Dockerfiles of a task's services that it builds.
+fn dockerfiles(task: &crate::task::BenchTask) -> Vec<PathBuf> {
+    task.environment
+        .services
+        .iter()
+        .filter_map(|s| match &s.image {
+            crate::compose::ImageSource::Build { dockerfile, .. } => Some(dockerfile.clone()),
+            _ => None,
+        })
+        .collect()
+}
+
+/// The reference solution's script, when it is one.
+fn solution_files(task: &crate::task::BenchTask) -> Vec<PathBuf> {
+    match &task.solution {
+        crate::solution::Solution::Script(p) => vec![p.clone()],
+        _ => Vec::new(),
     }
 }
 
