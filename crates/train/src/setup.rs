@@ -399,3 +399,46 @@ pub fn shape_of(preset: &Preset) -> Result<super::preset::ModelShape, TrainError
         tie_word_embeddings: c.tie_word_embeddings,
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A synth output with two indexed tasks (copies of a fixture) of different difficulty.
+    fn synth_output(dir: &Path) {
+        let fixture = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/bench/tb2-hello");
+        let mut rows = String::new();
+        for (name, difficulty, rate) in [("easy-one", "easy", "0.9"), ("hard-one", "hard", "0.3")] {
+            let to = dir.join("tasks").join(name);
+            std::fs::create_dir_all(to.join("environment")).unwrap();
+            std::fs::create_dir_all(to.join("tests")).unwrap();
+            std::fs::create_dir_all(to.join("solution")).unwrap();
+            for f in ["task.toml", "instruction.md", "environment/Dockerfile", "tests/test.sh", "solution/solve.sh"] {
+                std::fs::copy(fixture.join(f), to.join(f)).unwrap();
+            }
+            rows.push_str(&format!(
+                r#"{{"id":"{name}","name":"{name}","seed":"s","parent":"s","title":"t","category":"c","difficulty":"{difficulty}","build_rounds":1,"validation":{{"verdict":"valid","nop_score":0.0,"oracle_passes":3,"oracle_runs":3,"times":{{"build_secs":0,"nop_secs":0,"oracle_secs":[],"total_secs":0}}}},"pass_rate":{rate},"nearest":null,"tokens":{{"idea":0,"build":0,"review":0,"calibrate":0,"total":0}}}}"#
+            ));
+            rows.push('\n');
+        }
+        std::fs::write(dir.join("index.jsonl"), rows).unwrap();
+    }
+
+    #[test]
+    fn a_preset_filter_takes_the_indexed_tasks_it_names() {
+        let dir = tempfile::tempdir().unwrap();
+        synth_output(dir.path());
+        let names = |f: &TaskFilter| -> Vec<String> {
+            filtered_tasks(dir.path(), f).unwrap().into_iter().map(|e| e.name).collect()
+        };
+        assert_eq!(names(&TaskFilter::default()), vec!["easy-one", "hard-one"]);
+        assert_eq!(names(&TaskFilter { pass_rate: Some([0.1, 0.5]), ..Default::default() }), vec!["hard-one"]);
+        let none = TaskFilter { difficulty: vec!["medium".into()], ..Default::default() };
+        assert!(filtered_tasks(dir.path(), &none).unwrap_err().to_string().contains("difficulty medium"));
+        // A plain folder of tasks has no index to filter.
+        assert!(filtered_tasks(&dir.path().join("tasks"), &none)
+            .unwrap_err()
+            .to_string()
+            .contains("not an `agent tasks synth` output"));
+    }
+}

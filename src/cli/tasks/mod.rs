@@ -28,7 +28,7 @@ pub enum TasksCommand {
     Validate(validate::ValidateArgs),
     /// Make new tasks from seed tasks: idea, builder and reviewer agents (and a solver
     /// for calibration), every task validated by running it.
-    Synth(synth::SynthArgs),
+    Synth(Box<synth::SynthArgs>),
 }
 
 /// Arguments of `agent tasks generate`.
@@ -67,7 +67,7 @@ pub async fn run(cmd: TasksCommand, config: impl FnOnce() -> anyhow::Result<Conf
         }
         TasksCommand::Generate(args) => generate_tasks(args),
         TasksCommand::Validate(args) => validate::run(args, config()?).await,
-        TasksCommand::Synth(args) => synth::run(args, config()?).await,
+        TasksCommand::Synth(args) => synth::run(*args, config()?).await,
     }
 }
 

@@ -191,13 +191,12 @@ const NETWORK_SIGNS: &[&str] = &[
     "unable to connect to",
 ];
 
-/// The line of `text` that says a network access failed, if one does.
+/// The line of `text` that says a network access failed, if one does: the one with the
+/// clearest sign (the signs are in order, a resolver's message before a traceback's frame).
 pub fn network_failure(text: &str) -> Option<String> {
-    text.lines()
-        .find(|l| {
-            let lower = l.to_ascii_lowercase();
-            NETWORK_SIGNS.iter().any(|s| lower.contains(s))
-        })
+    NETWORK_SIGNS
+        .iter()
+        .find_map(|sign| text.lines().find(|l| l.to_ascii_lowercase().contains(sign)))
         .map(|l| l.trim().chars().take(240).collect())
 }
 
@@ -285,5 +284,8 @@ mod tests {
         let log = "Cloning into 'x'...\nfatal: unable to access 'https://github.com/a/b/': Could not resolve host: github.com\n";
         assert!(network_failure(log).unwrap().contains("github.com"));
         assert_eq!(network_failure("AssertionError: 3 != 4"), None);
+        let traceback =
+            "  for res in getaddrinfo(host, port):\nsocket.gaierror: [Errno -2] Name or service not known\n";
+        assert_eq!(network_failure(traceback).unwrap(), "socket.gaierror: [Errno -2] Name or service not known");
     }
 }

@@ -258,10 +258,11 @@ impl Validator {
             Ok(t) => t,
             Err(e) => return fail(report, Verdict::Unloadable, e.to_string()),
         };
-        for (what, files) in [("the image build", dockerfiles(task)), ("the reference solution", solution_files(task))]
+        let build_text: Vec<String> =
+            dockerfiles(task).iter().map(|p| std::fs::read_to_string(p).unwrap_or_default()).collect();
+        for (what, text) in
+            [("the image build", build_text.join("\n")), ("the reference solution", solution_text(task))]
         {
-            let text: String =
-                files.iter().map(|p| std::fs::read_to_string(p).unwrap_or_default()).collect::<Vec<_>>().join("\n");
             let hosts = checks::fetched_hosts(&text);
             if !hosts.is_empty() {
                 report.warnings.push(format!("{what} fetches from {} (it needs the internet)", hosts.join(", ")));
@@ -426,11 +427,13 @@ fn dockerfiles(task: &crate::task::BenchTask) -> Vec<PathBuf> {
         .collect()
 }
 
-/// The reference solution's script, when it is one.
-fn solution_files(task: &crate::task::BenchTask) -> Vec<PathBuf> {
+/// The reference solution's text: its script, or its keystrokes' commands.
+fn solution_text(task: &crate::task::BenchTask) -> String {
+    use crate::solution::Solution;
     match &task.solution {
-        crate::solution::Solution::Script(p) => vec![p.clone()],
-        _ => Vec::new(),
+        Solution::Script(p) => std::fs::read_to_string(p).unwrap_or_default(),
+        Solution::Keystrokes(steps) => Solution::keystroke_commands(steps).join("\n"),
+        Solution::Missing => String::new(),
     }
 }
 

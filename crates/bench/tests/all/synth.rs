@@ -21,7 +21,7 @@ fn plan(builder: &str) -> SynthPlan {
             idea: script("idea.yaml"),
             builder: script(builder),
             reviewer: script("reviewer.yaml"),
-            solver: script("idea.yaml"),
+            solver: script("solver.yaml"),
         },
         brainstorm: 2,
         ideas_per_seed: 1,
@@ -52,9 +52,14 @@ async fn scripted_roles_make_a_valid_task_end_to_end() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("out");
     let lines = std::sync::Mutex::new(Vec::new());
-    let summary = run_synth(Some(plan("builder.yaml")), &opts(&out), &Config::default(), &docker, &|l| {
-        lines.lock().unwrap().push(l)
-    })
+    // With calibration: a solver's pass rate over two attempts.
+    let summary = run_synth(
+        Some(SynthPlan { calibrate: 2, ..plan("builder.yaml") }),
+        &opts(&out),
+        &Config::default(),
+        &docker,
+        &|l| lines.lock().unwrap().push(l),
+    )
     .await
     .unwrap();
     let lines = lines.into_inner().unwrap();
@@ -63,7 +68,9 @@ async fn scripted_roles_make_a_valid_task_end_to_end() {
     assert_eq!((e.seed.as_str(), e.title.as_str()), ("tb2-hello", "Shout the greeting"));
     assert_eq!((e.difficulty.as_str(), e.category.as_str()), ("easy", "file-operations"));
     assert_eq!((e.validation.oracle_passes, e.validation.oracle_runs, e.validation.nop_score), (2, 2, Some(0.0)));
-    assert!(e.tokens.total > 0 && e.tokens.total == e.tokens.idea + e.tokens.build + e.tokens.review, "{:?}", e.tokens);
+    assert_eq!((e.pass_rate, e.calibration_attempts), (Some(1.0), Some(2)));
+    assert!(e.tokens.calibrate > 0, "{:?}", e.tokens);
+    assert_eq!(e.tokens.total, e.tokens.idea + e.tokens.build + e.tokens.review + e.tokens.calibrate, "{:?}", e.tokens);
 
     // The index and the task folder are what `agent bench` and `agent train` take.
     let index = agent_bench::synth::index::read_index(&out).unwrap();
@@ -87,8 +94,8 @@ async fn scripted_roles_make_a_valid_task_end_to_end() {
     .validate_dir(&task, &dir.path().join("recheck"))
     .await;
     assert_eq!(report.verdict, agent_bench::validate::Verdict::Valid, "{}", report.line());
-    // Every item ended once: the idea, the build, the review.
-    assert_eq!(summary.ended.values().sum::<usize>(), 3, "{:?}", summary.ended);
+    // Every item ended once: the idea, the build, the review, the calibration.
+    assert_eq!(summary.ended.values().sum::<usize>(), 4, "{:?}", summary.ended);
     support::assert_nothing_left(&agent_bench::synth::run::synth_run_id(&out));
 }
 
