@@ -218,42 +218,16 @@ async fn ours(
         Err(e) => return (failed(FailureMode::AgentError, e.to_string()), None),
     };
     let tool_format = episode.session.tool_format;
-    let mut events_log = std::fs::File::create(trial_dir.join("events.jsonl")).ok();
     let mut running = episode.spawn(model);
-    let handle = &mut running.handle;
-    let _ = handle.ops.send(Op::UserTurn { text: task.instruction.clone() });
-    // The session enforces the wall clock itself; this is the backstop for a model
-    // call that does not return.
-    let hard_deadline = tokio::time::sleep(task.agent_timeout + Duration::from_secs(30));
-    tokio::pin!(hard_deadline);
-    let mut end: Option<(EndReason, u32, TokenUsage)> = None;
-    let mut parse_error_turns = std::collections::BTreeSet::new();
-    let mut last_error: Option<String> = None;
-    let mut forced = false;
-    loop {
-        tokio::select! {
-            ev = handle.events.recv() => match ev {
-                Some(ev) => {
-                    if let (Some(f), Ok(line)) = (events_log.as_mut(), serde_json::to_string(&ev)) {
-                        let _ = writeln!(f, "{line}");
-                    }
-                    match ev {
-                        Event::EpisodeEnd { reason, turns, usage, .. } => end = Some((reason, turns, usage)),
-                        Event::Error { message, .. } => last_error = Some(message),
-                        Event::ParseError { turn, .. } => {
-                            parse_error_turns.insert(turn);
-                        }
-                        _ => {}
-                    }
-                }
-                None => break,
-            },
-            _ = &mut hard_deadline, if !forced => {
-                forced = true;
-                let _ = handle.ops.send(Op::Shutdown);
-            }
-        }
-    }
+    let driven = drive(
+        &mut running.handle,
+        task.instruction.clone(),
+        task.agent_timeout + Duration::from_secs(30),
+        &trial_dir.join("events.jsonl"),
+    )
+    .await;
+    let (end, last_error, forced) = (driven.end, driven.last_error, driven.forced);
+    let parse_error_turns = driven.parse_error_turns;
     // The trial owns the container: finishing only waits for the session, and keeps its
     // shell when the tests are to run in it.
     let shell = if task.run_tests_in_same_shell {
@@ -303,6 +277,59 @@ async fn ours(
         end_reason: Some(reason),
     };
     (outcome, shell)
+}
+
+/// How a driven episode ended, as its events said.
+#[derive(Debug, Default)]
+pub struct Driven {
+    /// Why it ended, its turns and tokens (none when it sent no end event).
+    pub end: Option<(EndReason, u32, TokenUsage)>,
+    pub last_error: Option<String>,
+    /// Turns whose reply had a parse error.
+    pub parse_error_turns: std::collections::BTreeSet<u32>,
+    /// Whether the backstop had to shut it down.
+    pub forced: bool,
+}
+
+/// Gives a spawned episode its one instruction and follows its events to the end,
+/// writing them to `events_log` as JSON lines. The session keeps its own wall clock;
+/// `backstop` is for a model call that never returns (the session is then shut down).
+pub async fn drive(
+    handle: &mut agent_core::episode::SessionHandle,
+    instruction: String,
+    backstop: Duration,
+    events_log: &Path,
+) -> Driven {
+    let mut log = std::fs::File::create(events_log).ok();
+    let mut out = Driven::default();
+    let _ = handle.ops.send(Op::UserTurn { text: instruction });
+    let deadline = tokio::time::sleep(backstop);
+    tokio::pin!(deadline);
+    loop {
+        tokio::select! {
+            ev = handle.events.recv() => match ev {
+                Some(ev) => {
+                    if let (Some(f), Ok(line)) = (log.as_mut(), serde_json::to_string(&ev)) {
+                        let _ = writeln!(f, "{line}");
+                    }
+                    match ev {
+                        Event::EpisodeEnd { reason, turns, usage, .. } => out.end = Some((reason, turns, usage)),
+                        Event::Error { message, .. } => out.last_error = Some(message),
+                        Event::ParseError { turn, .. } => {
+                            out.parse_error_turns.insert(turn);
+                        }
+                        _ => {}
+                    }
+                }
+                None => break,
+            },
+            _ = &mut deadline, if !out.forced => {
+                out.forced = true;
+                let _ = handle.ops.send(Op::Shutdown);
+            }
+        }
+    }
+    out
 }
 
 #[cfg(test)]

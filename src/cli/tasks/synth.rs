@@ -113,6 +113,12 @@ pub async fn run(args: SynthArgs, config: Config) -> anyhow::Result<u8> {
         resolve: super::super::resolve::resolve_options(config.api_key_env.clone(), args.local.options(), args.quiet),
         validate: ValidateOptions { host: args.host.host_env()?, ..Default::default() },
     };
+    if args.resume && !args.seeds.is_empty() {
+        eprintln!(
+            "● --resume continues the plan in {}/synth.json; the seed tasks given are not used",
+            args.out.display()
+        );
+    }
     let docker = agent_sandbox::connect().await?;
     super::super::bench::sweep_orphans(&docker).await;
     eprintln!("● synth → {}", args.out.display());

@@ -2,14 +2,13 @@
 //! image with the role's folders mounted, one instruction, run to its end; the same
 //! loop as `agent run`, built by the one episode builder.
 
-use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use crate::agents::ModelSource;
+use crate::agents::{drive, ModelSource};
 use agent_core::config::Config;
 use agent_core::episode::{build_episode, ContainerSource, EpisodeRequest, ImageContainer};
-use agent_protocol::{EndReason, Event, Op, TokenUsage};
+use agent_protocol::{EndReason, TokenUsage};
 use agent_sandbox::Engine;
 
 /// What a role's episode is.
@@ -79,40 +78,20 @@ impl RoleEpisode<'_> {
                 return result;
             }
         };
-        let mut events_log = std::fs::File::create(self.logs.join("events.jsonl")).ok();
         let mut running = episode.spawn(model);
-        let handle = &mut running.handle;
-        let _ = handle.ops.send(Op::UserTurn { text: self.instruction });
-        // The session keeps its own wall clock; this is the backstop for a model call
-        // that never returns.
-        let backstop = tokio::time::sleep(Duration::from_secs(self.wall_clock_secs + 30));
-        tokio::pin!(backstop);
-        let mut forced = false;
-        loop {
-            tokio::select! {
-                ev = handle.events.recv() => match ev {
-                    Some(ev) => {
-                        if let (Some(f), Ok(line)) = (events_log.as_mut(), serde_json::to_string(&ev)) {
-                            let _ = writeln!(f, "{line}");
-                        }
-                        match ev {
-                            Event::EpisodeEnd { reason, turns, usage, .. } => {
-                                result.end = Some(reason);
-                                result.turns = turns;
-                                result.usage = usage;
-                            }
-                            Event::Error { message, .. } => result.error = Some(message),
-                            _ => {}
-                        }
-                    }
-                    None => break,
-                },
-                _ = &mut backstop, if !forced => {
-                    forced = true;
-                    let _ = handle.ops.send(Op::Shutdown);
-                }
-            }
+        let driven = drive(
+            &mut running.handle,
+            self.instruction,
+            Duration::from_secs(self.wall_clock_secs + 30),
+            &self.logs.join("events.jsonl"),
+        )
+        .await;
+        if let Some((reason, turns, usage)) = driven.end {
+            result.end = Some(reason);
+            result.turns = turns;
+            result.usage = usage;
         }
+        result.error = driven.last_error;
         running.finish(Duration::from_secs(10)).await;
         result
     }
