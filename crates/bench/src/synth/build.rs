@@ -117,13 +117,7 @@ pub async fn run(ctx: &SynthCtx, item: &Item) -> RoleOutput {
                 tokens: TokenCost { idea: idea.idea_tokens, build: tokens, ..Default::default() },
                 idea,
             };
-            let child = Item {
-                id: format!("{}.review", item.id),
-                role: Role::Review,
-                parent: Some(item.id.clone()),
-                payload: serde_json::to_value(&built).unwrap_or_default(),
-                claims: 0,
-            };
+            let child = item.child("review", Role::Review, &built);
             return RoleOutput {
                 outcome: Outcome::Done {
                     result: serde_json::json!({ "rounds": round, "validation": built.validation }),

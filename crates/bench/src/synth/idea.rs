@@ -95,18 +95,9 @@ pub async fn run(ctx: &SynthCtx, item: &Item) -> RoleOutput {
     let children: Vec<Item> = ideas
         .iter()
         .enumerate()
-        .map(|(k, (title, idea))| Item {
-            id: format!("{}.{}", item.id, k + 1),
-            role: Role::Build,
-            parent: Some(item.id.clone()),
-            payload: serde_json::to_value(Idea {
-                seed: input.seed.clone(),
-                title: title.clone(),
-                idea: idea.clone(),
-                idea_tokens: share,
-            })
-            .unwrap_or_default(),
-            claims: 0,
+        .map(|(k, (title, idea))| {
+            let idea = Idea { seed: input.seed.clone(), title: title.clone(), idea: idea.clone(), idea_tokens: share };
+            item.child(&(k + 1).to_string(), Role::Build, &idea)
         })
         .collect();
     let titles: Vec<&String> = ideas.iter().map(|(t, _)| t).collect();

@@ -107,7 +107,7 @@ pub fn write_jsonl<T: Serialize>(path: &Path, rows: &[T]) -> Result<(), SynthErr
         text.push_str(&serde_json::to_string(r).map_err(|e| SynthError::Other(e.to_string()))?);
         text.push('\n');
     }
-    crate::results::write_atomic(path, text.as_bytes()).map_err(|e| SynthError::Other(e.to_string()))
+    Ok(crate::results::write_atomic(path, text.as_bytes())?)
 }
 
 #[cfg(test)]

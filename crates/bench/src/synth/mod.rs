@@ -43,6 +43,8 @@ pub enum SynthError {
     Model(String),
     #[error("{0}")]
     Other(String),
+    #[error(transparent)]
+    Bench(#[from] crate::error::BenchError),
 }
 
 impl SynthError {

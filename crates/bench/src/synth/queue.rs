@@ -66,6 +66,19 @@ pub struct Item {
     pub claims: u32,
 }
 
+impl Item {
+    /// A child of this item: its id extends the parent's with `suffix`.
+    pub fn child(&self, suffix: &str, role: Role, payload: &impl Serialize) -> Item {
+        Item {
+            id: format!("{}.{suffix}", self.id),
+            role,
+            parent: Some(self.id.clone()),
+            payload: serde_json::to_value(payload).unwrap_or_default(),
+            claims: 0,
+        }
+    }
+}
+
 /// How an item ended.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "status", rename_all = "snake_case")]
@@ -141,7 +154,7 @@ impl Queue {
             }
             item.claims += 1;
             // Rewriting the claimed file also starts its claim clock (its modification time).
-            write_replace(&to, &json(&item)?)?;
+            crate::results::write_atomic(&to, &json(&item)?)?;
             return Ok(Some(item));
         }
         Ok(None)
@@ -275,14 +288,6 @@ fn create_new(path: &Path, bytes: &[u8]) -> Result<bool, SynthError> {
         Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(false),
         Err(e) => Err(SynthError::io(path, e)),
     }
-}
-
-fn write_replace(path: &Path, bytes: &[u8]) -> Result<(), SynthError> {
-    let dir = path.parent().unwrap_or(Path::new("."));
-    let tmp = tempfile::NamedTempFile::new_in(dir).map_err(|e| SynthError::io(dir, e))?;
-    std::fs::write(tmp.path(), bytes).map_err(|e| SynthError::io(tmp.path(), e))?;
-    tmp.persist(path).map_err(|e| SynthError::io(path, e.error))?;
-    Ok(())
 }
 
 #[cfg(test)]

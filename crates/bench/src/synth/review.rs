@@ -167,13 +167,7 @@ pub async fn run(ctx: &SynthCtx, item: &Item) -> RoleOutput {
         tokens: tokens.clone(),
     };
     if ctx.plan.calibrate > 0 {
-        let child = Item {
-            id: format!("{}.calibrate", built.build_id),
-            role: Role::Calibrate,
-            parent: Some(item.id.clone()),
-            payload: serde_json::to_value(&entry).unwrap_or_default(),
-            claims: 0,
-        };
+        let child = item.child("calibrate", Role::Calibrate, &entry);
         return RoleOutput {
             outcome: Outcome::Done { result: serde_json::json!({ "approved": entry.name }) },
             children: vec![child],

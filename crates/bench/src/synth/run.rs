@@ -327,7 +327,7 @@ fn settle_plan(dirs: &Dirs, plan: Option<SynthPlan>, resume: bool) -> Result<Syn
         return Err(SynthError::Usage("no seed tasks given".into()));
     }
     let text = serde_json::to_vec_pretty(&plan).map_err(|e| SynthError::Other(e.to_string()))?;
-    crate::results::write_atomic(&path, &text).map_err(|e| SynthError::Other(e.to_string()))?;
+    crate::results::write_atomic(&path, &text)?;
     Ok(plan)
 }
 

@@ -42,8 +42,7 @@ pub fn write_draft(dir: &Path, idea: &str) -> Result<(), SynthError> {
 /// A fingerprint of a task folder's files (names and contents), to see whether an
 /// episode changed the task.
 pub fn fingerprint(dir: &Path) -> String {
-    let mut files = Vec::new();
-    collect(dir, dir, &mut files);
+    let mut files = task_files(dir);
     files.sort();
     let mut h = Sha256::new();
     for rel in files {
@@ -55,30 +54,20 @@ pub fn fingerprint(dir: &Path) -> String {
     format!("{:x}", h.finalize())
 }
 
-fn collect(root: &Path, dir: &Path, out: &mut Vec<String>) {
-    let Ok(entries) = std::fs::read_dir(dir) else { return };
-    for e in entries.flatten() {
-        let p = e.path();
-        let Ok(rel) = p.strip_prefix(root) else { continue };
-        let rel = rel.to_string_lossy().to_string();
-        if NOT_TASK.contains(&rel.as_str()) {
-            continue;
-        }
-        if p.is_dir() {
-            collect(root, &p, out);
-        } else {
-            out.push(rel);
-        }
-    }
+/// The task's files, relative to its folder, without the working files.
+fn task_files(dir: &Path) -> Vec<String> {
+    crate::validate::checks::files_under(dir, &[])
+        .iter()
+        .filter_map(|p| p.strip_prefix(dir).ok().map(|r| r.to_string_lossy().to_string()))
+        .filter(|rel| !NOT_TASK.contains(&rel.as_str()))
+        .collect()
 }
 
 /// Copies a task folder to `to` (replacing what is there), without the working files.
 pub fn copy_task(from: &Path, to: &Path) -> Result<(), SynthError> {
     let tmp = to.with_extension("partial");
     let _ = std::fs::remove_dir_all(&tmp);
-    let mut files = Vec::new();
-    collect(from, from, &mut files);
-    for rel in files {
+    for rel in task_files(from) {
         let (src, dst) = (from.join(&rel), tmp.join(&rel));
         if let Some(parent) = dst.parent() {
             std::fs::create_dir_all(parent).map_err(|e| SynthError::io(parent, e))?;

@@ -17,18 +17,10 @@ impl Fingerprint {
     /// The task in `dir` (either layout): its instruction and every file under `tests/`.
     pub fn of_task(name: &str, dir: &Path, instruction: &str) -> Self {
         let mut tests = String::new();
-        let mut stack = vec![dir.join("tests")];
-        while let Some(d) = stack.pop() {
-            let Ok(entries) = std::fs::read_dir(&d) else { continue };
-            let mut paths: Vec<_> = entries.flatten().map(|e| e.path()).collect();
-            paths.sort();
-            for p in paths {
-                if p.is_dir() {
-                    stack.push(p);
-                } else if let Ok(t) = std::fs::read_to_string(&p) {
-                    tests.push_str(&t);
-                    tests.push('\n');
-                }
+        for p in crate::validate::checks::files_under(&dir.join("tests"), &[]) {
+            if let Ok(t) = std::fs::read_to_string(&p) {
+                tests.push_str(&t);
+                tests.push('\n');
             }
         }
         Self { name: name.to_string(), instruction: shingles(instruction), tests: shingles(&tests) }

@@ -15,7 +15,7 @@ const WEIGHT_SUM_TOLERANCE: f64 = 1e-3;
 /// `test_*` functions found in the task's test files (TB2). Returns the problems, and
 /// the tests that carry no weight (warnings: they count for nothing).
 pub fn check_weights(weights: &BTreeMap<String, f64>, tests: &[String]) -> (Vec<String>, Vec<String>) {
-    let short = |t: &str| t.rsplit("::").next().unwrap_or(t).to_string();
+    let short = short_name;
     let known: BTreeSet<String> = tests.iter().flat_map(|t| [t.clone(), short(t)]).collect();
     let mut problems = Vec::new();
     for (name, w) in weights {
@@ -38,10 +38,15 @@ pub fn check_weights(weights: &BTreeMap<String, f64>, tests: &[String]) -> (Vec<
     (problems, unweighted)
 }
 
+/// A pytest test id's function name (`tests/test_x.py::test_a` → `test_a`).
+pub fn short_name(test: &str) -> String {
+    test.rsplit("::").next().unwrap_or(test).to_string()
+}
+
 /// The names of the pytest test functions in the `.py` files of `tests_dir`.
 pub fn test_functions(tests_dir: &Path) -> Vec<String> {
     let mut out = Vec::new();
-    for text in files_with_ext(tests_dir, &["py"]).iter().map(|p| std::fs::read_to_string(p).unwrap_or_default()) {
+    for text in files_under(tests_dir, &["py"]).iter().map(|p| std::fs::read_to_string(p).unwrap_or_default()) {
         for line in text.lines() {
             let line = line.trim_start();
             let rest = line.strip_prefix("def ").or_else(|| line.strip_prefix("async def "));
@@ -55,7 +60,9 @@ pub fn test_functions(tests_dir: &Path) -> Vec<String> {
     out
 }
 
-fn files_with_ext(dir: &Path, exts: &[&str]) -> Vec<std::path::PathBuf> {
+/// The files under `dir`, at any depth, sorted; only those with one of `exts` unless it
+/// is empty.
+pub fn files_under(dir: &Path, exts: &[&str]) -> Vec<std::path::PathBuf> {
     let mut out = Vec::new();
     let mut stack = vec![dir.to_path_buf()];
     while let Some(d) = stack.pop() {
@@ -141,7 +148,7 @@ fn harness_file(name: &str) -> bool {
 pub fn file_mismatches(instruction: &str, tests_dir: &Path) -> Vec<String> {
     let asked: BTreeSet<String> = named_files(instruction).into_iter().filter(|f| !harness_file(f)).collect();
     let mut checked = BTreeSet::new();
-    for p in files_with_ext(tests_dir, &[]) {
+    for p in files_under(tests_dir, &[]) {
         if let Ok(text) = std::fs::read_to_string(&p) {
             checked.extend(named_files(&text).into_iter().filter(|f| !harness_file(f)));
         }

@@ -316,7 +316,7 @@ impl Validator {
         }
         if nop.score > 0.0 {
             let passing: Vec<String> =
-                nop.tests.iter().filter(|t| t.status.is_pass()).map(|t| short(&t.name)).collect();
+                nop.tests.iter().filter(|t| t.status.is_pass()).map(|t| checks::short_name(&t.name)).collect();
             report.warnings.push(format!(
                 "doing nothing scores {:.2}{}",
                 nop.score,
@@ -453,10 +453,6 @@ fn fail(report: &mut TaskReport, verdict: Verdict, reason: String) {
     report.reason = reason;
 }
 
-fn short(test: &str) -> String {
-    test.rsplit("::").next().unwrap_or(test).to_string()
-}
-
 fn first_lines(text: &str, n: usize) -> String {
     text.lines().filter(|l| !l.trim().is_empty()).take(n).collect::<Vec<_>>().join(" | ")
 }
@@ -466,7 +462,8 @@ fn oracle_failure(rec: &TrialRecord, dir: &Path) -> String {
     if rec.failure_mode != FailureMode::Unset {
         return format!("[{}] {}", rec.failure_mode.as_str(), first_lines(&rec.reason, 3));
     }
-    let failed: Vec<String> = rec.tests.iter().filter(|t| !t.status.is_pass()).map(|t| short(&t.name)).collect();
+    let failed: Vec<String> =
+        rec.tests.iter().filter(|t| !t.status.is_pass()).map(|t| checks::short_name(&t.name)).collect();
     if !failed.is_empty() {
         return format!("score {:.2}; failing: {} (logs: {})", rec.score, failed.join(", "), dir.display());
     }
