@@ -62,6 +62,10 @@ pub struct BenchArgs {
     /// episodes; a bench run has none otherwise.
     #[arg(long, value_name = "FILE")]
     pub hooks: Option<PathBuf>,
+    /// Tries of a trial after the Docker engine running it stopped answering, each on
+    /// another engine of `[[sandbox.engines]]`.
+    #[arg(long, default_value_t = 1, value_name = "N")]
+    pub retries: u32,
     /// Local model settings.
     #[command(flatten)]
     pub local: super::LocalArgs,
@@ -94,19 +98,22 @@ pub async fn run(args: BenchArgs, mut config: Config) -> anyhow::Result<u8> {
         timeout_multiplier: args.timeout_multiplier,
         allow_cap_add: args.allow_cap_add,
         hooks,
+        retries: args.retries,
     };
     let schedule = agent_bench::schedule(&opts)?;
-    let docker = agent_sandbox::connect().await?;
-    sweep_orphans(&docker).await;
+    let pool = super::engines::pool(&config).await?;
+    sweep_orphans(&pool).await;
     eprintln!("● run {} → {}", schedule.run_id, schedule.run_dir.display());
     let started = Instant::now();
     let notice = |n: String| eprintln!("● {n}");
     let outcome = tokio::select! {
-        r = agent_bench::run_bench(&schedule, &opts, &config, &docker, &notice) => r,
+        r = agent_bench::run_bench(&schedule, &opts, &config, &pool, &notice) => r,
         sig = signals.recv() => {
             eprintln!("● signal received: removing this run's containers and networks");
-            agent_sandbox::cleanup_registered(&docker).await;
-            agent_sandbox::remove_run_settled(&docker, &schedule.run_id).await;
+            agent_sandbox::cleanup_registered().await;
+            for engine in pool.engines() {
+                agent_sandbox::remove_run_settled(&engine, &schedule.run_id).await;
+            }
             eprintln!("● finished trials are kept; continue with: agent bench --resume --output {}", schedule.run_dir.display());
             return Ok(Signals::exit_code(sig));
         }
@@ -114,7 +121,9 @@ pub async fn run(args: BenchArgs, mut config: Config) -> anyhow::Result<u8> {
     let results = match outcome {
         Ok(r) => r,
         Err(e) => {
-            agent_sandbox::remove_run_settled(&docker, &schedule.run_id).await;
+            for engine in pool.engines() {
+                agent_sandbox::remove_run_settled(&engine, &schedule.run_id).await;
+            }
             return Err(e.into());
         }
     };
@@ -126,15 +135,23 @@ pub async fn run(args: BenchArgs, mut config: Config) -> anyhow::Result<u8> {
 }
 
 /// Removes the containers, networks and volumes of runs whose process is gone (a
-/// killed run leaves them; its own `--resume` would too, but another run may never come).
-pub async fn sweep_orphans(docker: &agent_sandbox::Engine) {
+/// killed run leaves them; its own `--resume` would too, but another run may never come),
+/// on every engine of the pool that answers.
+pub async fn sweep_orphans(pool: &agent_sandbox::EnginePool) {
+    for engine in pool.engines() {
+        sweep_engine(&engine).await;
+    }
+}
+
+async fn sweep_engine(docker: &agent_sandbox::Engine) {
     if let Ok(removed) = agent_sandbox::prune(docker, agent_sandbox::PruneScope::Orphaned).await {
         let networks = removed.iter().filter(|r| r.starts_with("network ")).count();
         let volumes = removed.iter().filter(|r| r.starts_with("volume ")).count();
         if !removed.is_empty() {
             eprintln!(
-                "● removed {} container(s), {networks} network(s) and {volumes} volume(s) left by runs that were killed",
-                removed.len() - networks - volumes
+                "● removed {} container(s), {networks} network(s) and {volumes} volume(s) left by runs that were killed{}",
+                removed.len() - networks - volumes,
+                if docker.name() == "local" { String::new() } else { format!(" (engine {})", docker.name()) }
             );
         }
     }

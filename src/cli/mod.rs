@@ -1,6 +1,7 @@
 //! Subcommands. Each is a client of the library; none reaches into the loop.
 
 mod bench;
+mod engines;
 mod hooks;
 mod host_args;
 mod judge_eval;

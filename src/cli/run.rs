@@ -115,7 +115,10 @@ pub async fn run(args: RunArgs, project: Headless) -> anyhow::Result<u8> {
     if let Some(note) = hooks_note {
         printer.notice(&note);
     }
-    let engine = agent_sandbox::connect().await?;
+    let pool = super::engines::pool(&config).await?;
+    let containers = task.as_ref().map_or(1, |t| t.environment.services.len());
+    let placement = pool.place(containers).await?;
+    let engine = placement.engine().clone();
     // The engine is checked first: loading a local model takes a while.
     let resolve = super::resolve::resolve_options(config.api_key_env.clone(), args.local.options(), args.json);
     let model = resolve_model(&spec, &resolve).await?;

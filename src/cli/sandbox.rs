@@ -31,12 +31,15 @@ pub enum SandboxCommand {
     /// Build the local stand-ins for Terminal-Bench's base images (Python 3.13 on
     /// bookworm, Ubuntu 24.04 as trixie) when missing; bench builds them on first use.
     Standins,
-    /// Remove containers left behind by crashed runs.
+    /// Remove containers left behind by crashed runs, on every engine of the pool.
     Prune {
         /// Remove every agent container, including those of runs still going.
         #[arg(long)]
         all: bool,
     },
+    /// List the Docker engines of `[[sandbox.engines]]` (or the local one): whether each
+    /// answers, its version, containers of ours running there and free capacity.
+    Engines,
     /// Measure a tool call through the persistent shell against `docker exec`.
     Bench {
         /// Calls per method.
@@ -49,9 +52,30 @@ pub enum SandboxCommand {
 }
 
 /// Runs a sandbox subcommand.
-pub async fn run(cmd: SandboxCommand, _config: Config) -> anyhow::Result<u8> {
+pub async fn run(cmd: SandboxCommand, config: Config) -> anyhow::Result<u8> {
+    match cmd {
+        SandboxCommand::Engines => return super::engines::list(&config).await,
+        SandboxCommand::Prune { all } => {
+            let scope = if all { PruneScope::All } else { PruneScope::Orphaned };
+            let pool = super::engines::pool(&config).await?;
+            let mut removed = Vec::new();
+            for engine in pool.engines() {
+                let on = if pool.len() > 1 { format!(" (engine {})", engine.name()) } else { String::new() };
+                removed.extend(agent_sandbox::prune(&engine, scope).await?.into_iter().map(|n| format!("{n}{on}")));
+            }
+            if removed.is_empty() {
+                println!("nothing to remove");
+            }
+            for name in removed {
+                println!("removed {name}");
+            }
+            return Ok(0);
+        }
+        _ => {}
+    }
     let docker = agent_sandbox::connect().await?;
     match cmd {
+        SandboxCommand::Engines | SandboxCommand::Prune { .. } => Ok(0),
         SandboxCommand::Base { force, tag, mirror, suite } => {
             let tag = tag.unwrap_or_else(|| format!("agent-base:{suite}"));
             let opts = BaseImageOptions { tag, suite, mirror, force };
@@ -63,17 +87,6 @@ pub async fn run(cmd: SandboxCommand, _config: Config) -> anyhow::Result<u8> {
             let built = agent_sandbox::build_standins(&docker, &host.build_env(), &mut |l| eprintln!("● {l}")).await?;
             if !built.is_empty() {
                 eprintln!("● built {}", built.join(", "));
-            }
-            Ok(0)
-        }
-        SandboxCommand::Prune { all } => {
-            let scope = if all { PruneScope::All } else { PruneScope::Orphaned };
-            let removed = agent_sandbox::prune(&docker, scope).await?;
-            if removed.is_empty() {
-                println!("nothing to remove");
-            }
-            for name in removed {
-                println!("removed {name}");
             }
             Ok(0)
         }

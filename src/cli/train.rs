@@ -203,9 +203,9 @@ pub async fn run(args: TrainArgs, config: Config) -> anyhow::Result<u8> {
         if args.sft.is_some() {
             anyhow::bail!("--sft runs in one process: drop --nproc-per-node");
         }
-        let docker = agent_sandbox::connect().await?;
-        super::bench::sweep_orphans(&docker).await;
-        return train_launch::launch(&args.launch, n, &out, &docker).await;
+        let pool = super::engines::pool(&config).await?;
+        super::bench::sweep_orphans(&pool).await;
+        return train_launch::launch(&args.launch, n, &out, &pool).await;
     }
     let rank = env.as_ref().map_or(0, |w| w.rank);
     let log: Arc<dyn Fn(String) + Send + Sync> = if rank == 0 {
@@ -233,8 +233,8 @@ pub async fn run(args: TrainArgs, config: Config) -> anyhow::Result<u8> {
         }
         _ => 0,
     };
-    let docker = agent_sandbox::connect().await?;
-    super::bench::sweep_orphans(&docker).await;
+    let pool = super::engines::pool(&config).await?;
+    super::bench::sweep_orphans(&pool).await;
     let progress = rank == 0 && !args.no_progress && std::io::stderr().is_terminal();
     let opts = TrainOptions {
         preset,
@@ -263,7 +263,7 @@ pub async fn run(args: TrainArgs, config: Config) -> anyhow::Result<u8> {
         sig = signals.recv() => {
             world.fail(&format!("rank {rank} was stopped by signal {sig}"));
             training.stop().await;
-            remove_containers(&docker).await;
+            remove_containers(&pool).await;
             eprintln!("✗ interrupted; `agent train --resume --out {}` continues from the last checkpoint", out.display());
             return Ok(Signals::exit_code(sig));
         }
@@ -273,7 +273,7 @@ pub async fn run(args: TrainArgs, config: Config) -> anyhow::Result<u8> {
         Err(e) => {
             world.fail(&format!("rank {rank} failed: {e}"));
             training.stop().await;
-            remove_containers(&docker).await;
+            remove_containers(&pool).await;
             return Err(e.into());
         }
     };
@@ -322,10 +322,11 @@ impl Training {
                 let result = rt.block_on(async {
                     tokio::select! {
                         r = async {
-                            let docker = agent_sandbox::connect()
+                            // Made on this runtime: its connections belong to it.
+                            let pool = agent_sandbox::EnginePool::connect(&opts.config.sandbox.engines)
                                 .await
                                 .map_err(|e| agent_train::TrainError::Other(e.to_string()))?;
-                            agent_train::train(opts, &docker, &|l| log(l)).await
+                            agent_train::train(opts, &pool, &|l| log(l)).await
                         } => r,
                         () = stop.cancelled() => Err(agent_train::TrainError::Other("stopped".into())),
                     }
@@ -395,12 +396,14 @@ fn nccl_or_tcp(
 }
 
 /// Removes this process's rollout containers, and those of ranks that died.
-async fn remove_containers(docker: &agent_sandbox::Engine) {
-    agent_sandbox::cleanup_registered(docker).await;
+async fn remove_containers(pool: &agent_sandbox::EnginePool) {
+    agent_sandbox::cleanup_registered().await;
     // Rollouts run under many run ids; a create in flight may land after the first
     // pass: remove what this process owns until nothing is left.
-    agent_sandbox::remove_own_settled(docker).await;
-    super::bench::sweep_orphans(docker).await;
+    for engine in pool.engines() {
+        agent_sandbox::remove_own_settled(&engine).await;
+    }
+    super::bench::sweep_orphans(pool).await;
 }
 
 fn timestamp() -> String {

@@ -45,7 +45,7 @@ pub struct LaunchArgs {
 const LAUNCHER_FLAGS: [&str; 5] = ["--nproc-per-node", "--nnodes", "--node-rank", "--master-addr", "--master-port"];
 
 /// Starts the workers and waits for them; returns the run's exit code.
-pub async fn launch(args: &LaunchArgs, nproc: usize, out: &Path, docker: &agent_sandbox::Engine) -> anyhow::Result<u8> {
+pub async fn launch(args: &LaunchArgs, nproc: usize, out: &Path, pool: &agent_sandbox::EnginePool) -> anyhow::Result<u8> {
     if args.node_rank >= args.nnodes {
         anyhow::bail!("--node-rank {} is not below --nnodes {}", args.node_rank, args.nnodes);
     }
@@ -95,7 +95,9 @@ pub async fn launch(args: &LaunchArgs, nproc: usize, out: &Path, docker: &agent_
     }
     let code = supervise(&mut workers, &mut signals).await;
     // Every worker is gone: whatever containers they owned are orphans now.
-    sweep_until_settled(docker).await;
+    for engine in pool.engines() {
+        sweep_until_settled(&engine).await;
+    }
     if code != 0 {
         for w in &workers {
             if let Some(why) = w.describe_failure() {

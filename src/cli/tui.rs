@@ -112,7 +112,10 @@ pub async fn run(
     let run_id = uuid::Uuid::new_v4().simple().to_string();
     let spec_text = args.model.clone().or(config.model.clone()).unwrap_or_else(|| "default".into());
     let spec = ModelSpec::parse(&spec_text)?;
-    let engine = agent_sandbox::connect().await?;
+    // The workspace is bind-mounted: the session runs on an engine of this host.
+    let pool = super::engines::pool(&config).await?;
+    let placement = pool.place_local(1).await?;
+    let engine = placement.engine().clone();
     let resolve = super::resolve::resolve_options(config.api_key_env.clone(), local, false);
     say(&format!("● loading the model {spec_text}"));
     let model = resolve_model(&spec, &resolve).await?;

@@ -11,6 +11,8 @@ mod bench_build;
 mod bench_compose;
 mod cli_errors;
 mod cli_run;
+mod dind;
+mod engines;
 mod installed;
 mod judge;
 mod llamacpp;

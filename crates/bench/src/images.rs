@@ -67,6 +67,34 @@ pub struct TaskImages {
 type Slot = Arc<OnceCell<Result<TaskImages, ImageError>>>;
 type StandinSlot = Arc<OnceCell<Result<(), ImageError>>>;
 
+/// The run's images on each engine of its pool: an [`ImageCache`] per engine, made when
+/// a trial is first placed there (each engine builds a task's images once, from the same
+/// context, map, host overrides and CA bundle).
+pub struct EngineImages {
+    map: ImageMap,
+    build_env: BuildEnv,
+    caches: Mutex<HashMap<String, Arc<ImageCache>>>,
+}
+
+impl EngineImages {
+    /// `user_map` wins over the bench's own stand-ins, as in [`ImageCache::new`].
+    pub fn new(user_map: &ImageMap, build_env: BuildEnv) -> Self {
+        Self { map: user_map.clone(), build_env, caches: Mutex::new(HashMap::new()) }
+    }
+
+    /// The cache of `engine`'s images.
+    pub fn on(&self, engine: &Engine) -> Arc<ImageCache> {
+        let mut caches = match self.caches.lock() {
+            Ok(c) => c,
+            Err(p) => p.into_inner(),
+        };
+        caches
+            .entry(engine.name().to_string())
+            .or_insert_with(|| Arc::new(ImageCache::new(engine.clone(), &self.map, self.build_env.clone())))
+            .clone()
+    }
+}
+
 /// Builds task images once per run.
 pub struct ImageCache {
     docker: Engine,

@@ -252,6 +252,8 @@ mod tests {
             started_at_unix_ms: 0,
             standins: Default::default(),
             notices: Vec::new(),
+            engine: None,
+            lost_on: Vec::new(),
         };
         let trials = vec![trial("a", true), trial("b", false)];
         let stats = crate::stats::summarise(&trials);

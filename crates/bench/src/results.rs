@@ -27,6 +27,9 @@ pub enum FailureMode {
     AgentError,
     /// The conversation outgrew the model's context window (Terminal-Bench's name).
     ContextLengthExceeded,
+    /// The Docker engine running the trial stopped answering; the trial is retried on
+    /// another engine (`--retries`) and recorded this way only when no retry is left.
+    SandboxLost,
 }
 
 impl FailureMode {
@@ -40,6 +43,7 @@ impl FailureMode {
             FailureMode::EnvBuildFailed => "env_build_failed",
             FailureMode::AgentError => "agent_error",
             FailureMode::ContextLengthExceeded => "context_length_exceeded",
+            FailureMode::SandboxLost => "sandbox_lost",
         }
     }
 }
@@ -106,6 +110,12 @@ pub struct TrialRecord {
     /// Where the harness did not do what the task asks (ignored compose keys, no MCP, …).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub notices: Vec<String>,
+    /// The Docker engine that ran it (`local` unless `[[sandbox.engines]]` names others).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub engine: Option<String>,
+    /// Engines an earlier try of this trial was lost on, in order (then retried).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub lost_on: Vec<String>,
 }
 
 /// The parameters of a run, kept so that `--resume` continues the same run.
@@ -238,6 +248,8 @@ mod tests {
             started_at_unix_ms: 1,
             standins: Default::default(),
             notices: Vec::new(),
+            engine: None,
+            lost_on: Vec::new(),
         };
         save_trial(d.path(), &rec).unwrap();
         assert_eq!(load_trial(d.path(), "t", 0).unwrap(), rec);

@@ -5,14 +5,15 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use agent_sandbox::Engine;
+use agent_sandbox::EnginePool;
+use futures_util::stream::FuturesUnordered;
 use futures_util::StreamExt;
 
 use super::agents::{AgentKind, ModelSource};
 use super::env::EnvSettings;
 use super::error::BenchError;
 use super::hostenv::HostEnv;
-use super::images::ImageCache;
+use super::images::EngineImages;
 use super::results::{self, load_manifest, load_trial, save_trial, ResultsFile, RunManifest, TrialRecord};
 use super::stats::summarise;
 use super::task::{discover, TaskEntry};
@@ -43,6 +44,9 @@ pub struct BenchOptions {
     pub allow_cap_add: bool,
     /// Hooks for our agent's episodes (none unless `--hooks` names a settings file).
     pub hooks: agent_core::hooks::Hooks,
+    /// Tries of a trial after its engine stopped answering (`--retries`), each on another
+    /// engine that answers.
+    pub retries: u32,
 }
 
 /// The run's directory and id, decided before anything starts (the CLI needs them
@@ -112,7 +116,7 @@ pub async fn run_bench(
     schedule: &RunSchedule,
     opts: &BenchOptions,
     config: &Config,
-    docker: &Engine,
+    pool: &EnginePool,
     notice: &(dyn Fn(String) + Sync),
 ) -> Result<ResultsFile, BenchError> {
     let m = &schedule.manifest;
@@ -127,14 +131,30 @@ pub async fn run_bench(
     if !opts.resume {
         results::write_json(&schedule.run_dir.join("run.json"), m)?;
     }
-    // Containers and networks of an earlier, killed invocation of this run.
-    let left = remove_run_settled(docker, &schedule.run_id).await;
-    if left.any() {
-        notice(format!(
-            "removed {} container(s), {} network(s) and {} volume(s) left by an interrupted invocation of this run",
-            left.containers, left.networks, left.volumes
-        ));
+    // Containers and networks of an earlier, killed invocation of this run, on every
+    // engine; and on an engine that answers again after it was lost, what its lost
+    // trials left there (before anything new is placed on it).
+    for engine in pool.engines() {
+        let left = remove_run_settled(&engine, &schedule.run_id).await;
+        if left.any() {
+            notice(format!(
+                "removed {} container(s), {} network(s) and {} volume(s) left on engine {} by an interrupted invocation of this run",
+                left.containers, left.networks, left.volumes, engine.name()
+            ));
+        }
     }
+    let run_id = schedule.run_id.clone();
+    pool.on_revive(Arc::new(move |engine| {
+        let run_id = run_id.clone();
+        Box::pin(async move {
+            let left = remove_run_settled(&engine, &run_id).await;
+            tracing::info!(
+                "engine {} answers again; removed {} container(s) of this run's lost trials",
+                engine.name(),
+                left.containers
+            );
+        })
+    }));
     for e in &entries {
         match &e.task {
             Err(err) => notice(format!("task not loadable (its trials will fail as env_build_failed): {err}")),
@@ -150,12 +170,12 @@ pub async fn run_bench(
         notice(format!("tests that need uv are verified by the fallback pytest: {why}"));
     }
     let ctx = Arc::new(TrialContext {
-        docker: docker.clone(),
+        pool: pool.clone(),
         run_dir: schedule.run_dir.clone(),
         agent: m.agent,
         model,
         config: config.clone(),
-        images: Arc::new(ImageCache::new(docker.clone(), &config.image_map, opts.host.build_env())),
+        images: Arc::new(EngineImages::new(&config.image_map, opts.host.build_env())),
         env: EnvSettings {
             allow_cap_add: opts.allow_cap_add,
             ..EnvSettings::from_config(config, &schedule.run_id, opts.host.extra_hosts.clone())
@@ -181,12 +201,37 @@ pub async fn run_bench(
     let bar = progress_bar(opts.progress, (done.len() + todo.len()) as u64, done.len() as u64);
     let mut resolved = done.iter().filter(|r| r.resolved).count();
     bar.set_message(format!("{resolved} resolved"));
-    let mut stream = futures_util::stream::iter(todo.into_iter().map(|(entry, attempt)| {
-        let ctx = ctx.clone();
-        async move { run_trial(&ctx, &entry, attempt).await }
-    }))
-    .buffer_unordered(opts.concurrency.max(1));
-    while let Some(rec) = stream.next().await {
+    // A trial whose engine stopped answering goes back to the front of the queue (another
+    // engine takes it) until its retries are spent; only its last try is recorded.
+    let mut queue: std::collections::VecDeque<(Arc<TaskEntry>, u32, Vec<String>)> =
+        todo.into_iter().map(|(e, a)| (e, a, Vec::new())).collect();
+    let mut running = FuturesUnordered::new();
+    loop {
+        while running.len() < opts.concurrency.max(1) {
+            let Some((entry, attempt, lost_on)) = queue.pop_front() else { break };
+            let ctx = ctx.clone();
+            running.push(async move {
+                let rec = run_trial(&ctx, &entry, attempt).await;
+                (entry, lost_on, rec)
+            });
+        }
+        let Some((entry, mut lost_on, mut rec)) = running.next().await else { break };
+        if rec.failure_mode == super::results::FailureMode::SandboxLost {
+            lost_on.push(rec.engine.clone().unwrap_or_else(|| "(none)".into()));
+            if lost_on.len() <= opts.retries as usize {
+                let line = format!("↻ {} #{}: {}; retrying", rec.task, rec.attempt, rec.reason);
+                if !opts.progress {
+                    tracing::info!("{line}");
+                } else if bar.is_hidden() {
+                    eprintln!("{line}");
+                } else {
+                    bar.println(line);
+                }
+                queue.push_front((entry, rec.attempt, lost_on));
+                continue;
+            }
+        }
+        rec.lost_on = lost_on;
         save_trial(&schedule.run_dir, &rec)?;
         resolved += rec.resolved as usize;
         let mark = if rec.resolved { "✓" } else { "✗" };
@@ -195,7 +240,11 @@ pub async fn run_bench(
         } else {
             format!(" [{}] {}", rec.failure_mode.as_str(), rec.reason.chars().take(160).collect::<String>())
         };
-        let line = format!("{mark} {} #{} ({:.1} s){why}", rec.task, rec.attempt, rec.timings.total_secs);
+        let on = match (&rec.engine, pool.len()) {
+            (Some(e), n) if n > 1 => format!(" on {e}"),
+            _ => String::new(),
+        };
+        let line = format!("{mark} {} #{} ({:.1} s{on}){why}", rec.task, rec.attempt, rec.timings.total_secs);
         if !opts.progress {
             // --quiet: the summary table says it all.
         } else if bar.is_hidden() {

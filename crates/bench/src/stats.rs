@@ -160,6 +160,8 @@ mod tests {
             started_at_unix_ms: 0,
             standins: Default::default(),
             notices: Vec::new(),
+            engine: None,
+            lost_on: Vec::new(),
         }
     }
 

@@ -5,11 +5,11 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
-use agent_sandbox::Engine;
+use agent_sandbox::{EnginePool, Placement};
 
 use super::agents::{run_agent, AgentKind, ModelSource};
 use super::env::{EnvSettings, TrialEnv};
-use super::images::ImageCache;
+use super::images::EngineImages;
 use super::pytest::{all_passed, parse_pytest, weighted_score};
 use super::results::{trial_dir, FailureMode, Timings, TrialRecord};
 use super::task::{Layout, TaskEntry};
@@ -18,12 +18,13 @@ use agent_core::config::Config;
 
 /// What every trial of a run shares.
 pub struct TrialContext {
-    pub docker: Engine,
+    /// The engines trials are placed on (the local one unless the config names others).
+    pub pool: EnginePool,
     pub run_dir: PathBuf,
     pub agent: AgentKind,
     pub model: Option<ModelSource>,
     pub config: Config,
-    pub images: Arc<ImageCache>,
+    pub images: Arc<EngineImages>,
     pub env: EnvSettings,
     pub verifier: Verifier,
     /// The user's hooks for our agent's episodes (`agent bench --hooks FILE`; none by
@@ -69,6 +70,8 @@ pub async fn run_trial_with(
         started_at_unix_ms: SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis()).unwrap_or(0),
         standins: Default::default(),
         notices: Vec::new(),
+        engine: None,
+        lost_on: Vec::new(),
     };
     if let Err(e) = std::fs::create_dir_all(&dir) {
         return fail(
@@ -86,25 +89,80 @@ pub async fn run_trial_with(
     rec.category = task.category.clone();
     rec.notices = task.notices.clone();
 
+    // A task's services stay together on one engine.
+    let placement = match ctx.pool.place(task.environment.services.len()).await {
+        Ok(p) => p,
+        Err(e) => return fail(rec, FailureMode::SandboxLost, e.to_string(), started),
+    };
+    rec.engine = Some(placement.engine().name().to_string());
+    let mut rec = run_placed(ctx, model, entry, task, attempt, &dir, &placement, rec, started).await;
+    // A failure on an engine that no longer answers is the engine's, whatever the phase
+    // that noticed it said.
+    if !rec.resolved && rec.failure_mode != FailureMode::SandboxLost {
+        if let Some(reason) = ctx.pool.lost(&placement).await {
+            rec.failure_mode = FailureMode::SandboxLost;
+            rec.reason = lost_reason(&placement, &reason);
+        }
+    }
+    rec.timings.total_secs = started.elapsed().as_secs_f64();
+    rec
+}
+
+fn lost_reason(placement: &Placement, why: &str) -> String {
+    format!("the Docker engine `{}` stopped answering during the trial: {why}", placement.engine().name())
+}
+
+/// Races one phase of a trial against its engine: `Err` when the engine stopped
+/// answering first (the phase's future is dropped; its containers stay on that engine
+/// until the engine is swept).
+async fn guarded<T>(
+    pool: &EnginePool,
+    placement: &Placement,
+    phase: impl std::future::Future<Output = T>,
+) -> Result<T, String> {
+    tokio::select! {
+        biased;
+        v = phase => Ok(v),
+        why = pool.watch(placement) => Err(why),
+    }
+}
+
+/// The phases of a trial on the engine it was placed on.
+#[allow(clippy::too_many_arguments)]
+async fn run_placed(
+    ctx: &TrialContext,
+    model: Option<&ModelSource>,
+    entry: &TaskEntry,
+    task: &super::task::BenchTask,
+    attempt: u32,
+    dir: &std::path::Path,
+    placement: &Placement,
+    mut rec: TrialRecord,
+    started: Instant,
+) -> TrialRecord {
+    let engine = placement.engine();
+    let lost = |rec: TrialRecord, why: String| fail(rec, FailureMode::SandboxLost, lost_reason(placement, &why), started);
     let t = Instant::now();
-    let built = ctx.images.get(task).await;
+    let built = guarded(&ctx.pool, placement, ctx.images.on(engine).get(task)).await;
     // A failed build's time counts too: it is where the trial's time went.
     rec.timings.env_build_secs = t.elapsed().as_secs_f64();
     let images = match built {
-        Ok(i) => i,
-        Err(e) => return fail(rec, FailureMode::EnvBuildFailed, e.to_string(), started),
+        Ok(Ok(i)) => i,
+        Ok(Err(e)) => return fail(rec, FailureMode::EnvBuildFailed, e.to_string(), started),
+        Err(why) => return lost(rec, why),
     };
     rec.standins = images.standins.clone();
     rec.notices.extend(images.notices.iter().cloned());
     let episode = format!("{}-{attempt}", entry.name);
     let t = Instant::now();
-    let started_env = TrialEnv::start(&ctx.docker, task, &images, &ctx.env, &episode).await;
+    let started_env = guarded(&ctx.pool, placement, TrialEnv::start(engine, task, &images, &ctx.env, &episode)).await;
     rec.timings.env_start_secs = t.elapsed().as_secs_f64();
     let mut env = match started_env {
-        Ok(e) => e,
-        Err(e) => {
+        Ok(Ok(e)) => e,
+        Ok(Err(e)) => {
             return fail(rec, FailureMode::EnvBuildFailed, format!("the environment did not start: {e}"), started)
         }
+        Err(why) => return lost(rec, why),
     };
     rec.notices.extend(env.notices().iter().cloned());
     let Some(sandbox) = env.client().cloned() else {
@@ -112,16 +170,19 @@ pub async fn run_trial_with(
         return fail(rec, FailureMode::EnvBuildFailed, "the environment has no agent container".into(), started);
     };
 
-    let (outcome, mut agent_shell) = run_agent(
+    let agent = run_agent(
         ctx.agent,
         model,
         (&ctx.config, &ctx.hooks),
         task,
         &sandbox,
-        &dir,
+        dir,
         (ctx.env.run_id.as_str(), episode.as_str()),
-    )
-    .await;
+    );
+    let (outcome, mut agent_shell) = match guarded(&ctx.pool, placement, agent).await {
+        Ok(v) => v,
+        Err(why) => return lost(rec, why),
+    };
     rec.timings.agent_secs = outcome.duration.as_secs_f64();
     rec.usage = outcome.usage;
     rec.turns = outcome.turns;
@@ -136,21 +197,21 @@ pub async fn run_trial_with(
 
     // The tests run after an agent timeout too: the work done until then counts.
     let t = Instant::now();
-    match ctx.verifier.run(task, &sandbox, agent_shell.as_mut()).await {
-        Ok(run) => {
+    match guarded(&ctx.pool, placement, ctx.verifier.run(task, &sandbox, agent_shell.as_mut())).await {
+        Ok(Ok(run)) => {
             rec.timings.test_setup_secs = run.setup_secs;
             rec.timings.tests_secs = t.elapsed().as_secs_f64() - run.setup_secs;
             let _ = std::fs::write(dir.join("tests.log"), &run.output);
             score(&mut rec, task.layout, task.test_weights.as_ref(), &run, task.test_timeout.as_secs());
         }
-        Err(e) => set_failure(&mut rec, FailureMode::AgentError, format!("the tests could not be run: {e}")),
+        Ok(Err(e)) => set_failure(&mut rec, FailureMode::AgentError, format!("the tests could not be run: {e}")),
+        Err(why) => return lost(rec, why),
     }
     // Closed before the teardown, so nothing reads from a container being removed.
     drop(agent_shell);
     let t = Instant::now();
     env.teardown().await;
     rec.timings.teardown_secs = t.elapsed().as_secs_f64();
-    rec.timings.total_secs = started.elapsed().as_secs_f64();
     rec
 }
 

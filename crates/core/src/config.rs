@@ -100,6 +100,10 @@ pub struct SandboxSettings {
     pub max_output_bytes: usize,
     /// Default per-command timeout in seconds.
     pub command_timeout_secs: u64,
+    /// The Docker engines sandboxes are placed on (`[[sandbox.engines]]`); the local
+    /// engine alone when empty. Only the user's own config may name them.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub engines: Vec<agent_sandbox::EngineSpec>,
 }
 
 impl SandboxSettings {
@@ -125,6 +129,7 @@ impl Default for SandboxSettings {
             network: true,
             max_output_bytes: 16 * 1024,
             command_timeout_secs: 120,
+            engines: Vec::new(),
         }
     }
 }

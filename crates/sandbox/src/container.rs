@@ -40,7 +40,7 @@ const INIT_SCRIPT: &str = "command -v bash >/dev/null 2>&1 && exec bash -c 'exec
 const DROPPED_CAPS: [&str; 6] = ["NET_RAW", "MKNOD", "SETFCAP", "AUDIT_WRITE", "SYS_CHROOT", "SETPCAP"];
 
 /// Containers created by this process and not yet removed, for signal and panic paths.
-static LIVE: Mutex<Vec<String>> = Mutex::new(Vec::new());
+static LIVE: Mutex<Vec<(Engine, String)>> = Mutex::new(Vec::new());
 
 /// How to create a sandbox container.
 #[derive(Debug, Clone)]
@@ -277,7 +277,7 @@ impl Sandbox {
                     SandboxError::docker(format!("create a container from `{}`", cfg.image), e)
                 }
             })?;
-        register(&created.id);
+        register(engine, &created.id);
         let sandbox = Sandbox {
             engine: engine.clone(),
             id: created.id,
@@ -438,24 +438,24 @@ async fn remove_container(docker: &Engine, id: &str) {
     unregister(id);
 }
 
-fn register(id: &str) {
+fn register(engine: &Engine, id: &str) {
     if let Ok(mut live) = LIVE.lock() {
-        live.push(id.to_string());
+        live.push((engine.clone(), id.to_string()));
     }
 }
 
 fn unregister(id: &str) {
     if let Ok(mut live) = LIVE.lock() {
-        live.retain(|x| x != id);
+        live.retain(|(_, x)| x != id);
     }
 }
 
 /// Removes every container this process created and has not removed yet (signal,
 /// error and panic paths call this before exiting).
-pub async fn cleanup_registered(docker: &Engine) {
-    let ids: Vec<String> = LIVE.lock().map(|l| l.clone()).unwrap_or_default();
-    for id in ids {
-        remove_container(docker, &id).await;
+pub async fn cleanup_registered() {
+    let live: Vec<(Engine, String)> = LIVE.lock().map(|l| l.clone()).unwrap_or_default();
+    for (engine, id) in live {
+        remove_container(&engine, &id).await;
     }
 }
 

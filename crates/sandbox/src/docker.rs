@@ -35,6 +35,9 @@ impl Endpoint {
 pub struct Engine {
     docker: Docker,
     info: Arc<EngineInfo>,
+    /// The engine images missing here are copied from (the local one, where `agent
+    /// sandbox base` builds them); none for the local engine itself.
+    seed: Option<Arc<Engine>>,
 }
 
 /// What the sandbox needs to know of the engine beyond the API client.
@@ -43,9 +46,60 @@ pub(crate) struct EngineInfo {
     pub endpoint: Endpoint,
     /// The engine's version (`20.10.24+dfsg1`); empty when it did not say.
     pub version: String,
+    /// Its name in the pool (`local` for the default engine).
+    pub name: String,
+    /// The `ssh` forward it is reached through, kept open while any handle lives.
+    pub _tunnel: Option<Tunnel>,
+}
+
+/// An `ssh -L` forward of a remote engine's socket to a local one.
+#[derive(Debug)]
+pub(crate) struct Tunnel {
+    pub local: std::path::PathBuf,
+    /// Killed when dropped (`kill_on_drop`).
+    pub _child: std::sync::Mutex<tokio::process::Child>,
+    pub _dir: tempfile::TempDir,
 }
 
 impl Engine {
+    pub(crate) fn from_parts(docker: Docker, info: Arc<EngineInfo>) -> Engine {
+        Engine { docker, info, seed: None }
+    }
+
+    /// This engine, taking images it lacks from `seed` (see [`super::image_exists`]).
+    pub fn with_seed(&self, seed: Engine) -> Engine {
+        Engine { seed: Some(Arc::new(seed)), ..self.clone() }
+    }
+
+    /// The engine images are copied from, if any.
+    pub(crate) fn seed(&self) -> Option<&Engine> {
+        self.seed.as_deref()
+    }
+
+    /// Whether two handles speak to the same engine endpoint.
+    pub fn same_endpoint(&self, other: &Engine) -> bool {
+        self.info.endpoint == other.info.endpoint
+    }
+
+    /// Its name in the pool (`local` for the default engine), as results record it.
+    pub fn name(&self) -> &str {
+        &self.info.name
+    }
+
+    /// The engine's version, as it reports it.
+    pub fn version(&self) -> &str {
+        &self.info.version
+    }
+
+    /// Whether the engine answers a ping within `limit`; the error says why not.
+    pub async fn answers(&self, limit: std::time::Duration) -> Result<(), String> {
+        match tokio::time::timeout(limit, self.docker.ping()).await {
+            Ok(Ok(_)) => Ok(()),
+            Ok(Err(e)) => Err(describe_bollard(&e)),
+            Err(_) => Err(format!("no answer within {} s", limit.as_secs())),
+        }
+    }
+
     /// The engine's API client, for the sandbox module's own use.
     pub(crate) fn api(&self) -> &Docker {
         &self.docker
@@ -73,18 +127,12 @@ impl EngineInfo {
 /// the API version, so that older engines (API 1.41) work too.
 pub async fn connect() -> Result<Engine, SandboxError> {
     let host = std::env::var("DOCKER_HOST").ok().filter(|h| !h.is_empty());
-    let endpoint = host.clone().unwrap_or_else(|| "unix:///var/run/docker.sock".into());
-    let unreachable = |reason: String| SandboxError::DockerUnreachable { endpoint: endpoint.clone(), reason };
-    let docker = Docker::connect_with_defaults().map_err(|e| unreachable(describe_bollard(&e)))?;
-    let docker = tokio::time::timeout(std::time::Duration::from_secs(15), docker.negotiate_version())
-        .await
-        .map_err(|_| unreachable("no answer within 15 s".into()))?
-        .map_err(|e| unreachable(describe_bollard(&e)))?;
-    docker.ping().await.map_err(|e| unreachable(describe_bollard(&e)))?;
-    let version = docker.version().await.ok().and_then(|v| v.version).unwrap_or_default();
+    let url = host.clone().unwrap_or_else(|| "unix:///var/run/docker.sock".into());
+    let docker = Docker::connect_with_defaults()
+        .map_err(|e| SandboxError::DockerUnreachable { endpoint: url.clone(), reason: describe_bollard(&e) })?;
     let tls = std::env::var("DOCKER_TLS_VERIFY").is_ok_and(|v| !v.is_empty() && v != "0");
     let endpoint = Endpoint::from_docker_host(host.as_deref(), tls);
-    Ok(Engine { docker, info: Arc::new(EngineInfo { endpoint, version }) })
+    super::engines::handshake(docker, endpoint, "local".into(), None, &url).await
 }
 
 #[cfg(test)]

@@ -5,6 +5,10 @@
 pub enum SandboxError {
     #[error("cannot reach the Docker engine ({endpoint}): {reason}. Is the daemon running and is DOCKER_HOST right?")]
     DockerUnreachable { endpoint: String, reason: String },
+    #[error("the engine `{url}` in [[sandbox.engines]] is not usable: {reason}")]
+    EngineConfig { url: String, reason: String },
+    #[error("no Docker engine of the pool answers: {0}")]
+    NoEngine(String),
     #[error("Docker failed to {action}: {reason}")]
     Docker { action: String, reason: String },
     #[error("the image `{image}` is not available: {hint}")]

@@ -55,8 +55,22 @@ impl Default for BaseImageOptions {
     }
 }
 
-/// Whether an image exists in the engine.
+/// Whether an image exists in the engine, after copying it from the engine's seed (the
+/// local engine of a pool) when only the seed has it: an engine of the pool thus gets
+/// the bases and stand-ins built here without a registry.
 pub async fn image_exists(docker: &Engine, image: &str) -> Result<bool, SandboxError> {
+    if present(docker, image).await? {
+        return Ok(true);
+    }
+    let Some(seed) = docker.seed() else { return Ok(false) };
+    if !present(seed, image).await.unwrap_or(false) {
+        return Ok(false);
+    }
+    super::engines::copy_image(seed, docker, image).await?;
+    Ok(true)
+}
+
+async fn present(docker: &Engine, image: &str) -> Result<bool, SandboxError> {
     match docker.api().inspect_image(image).await {
         Ok(_) => Ok(true),
         Err(e) if is_not_found(&e) => Ok(false),

@@ -5,6 +5,7 @@
 mod build;
 mod container;
 mod docker;
+mod engines;
 mod error;
 mod exec;
 mod files;
@@ -26,6 +27,7 @@ pub use container::{
     cleanup_registered, ContainerConfig, ContainerProcess, Sandbox, LABEL_EPISODE, LABEL_OWNER, LABEL_RUN,
 };
 pub use docker::{connect, Engine};
+pub use engines::{connect_engine, EnginePool, EngineSpec, EngineStatus, Placement, ReviveHook};
 pub use error::SandboxError;
 pub use exec::{exec_capture, exec_streaming, ExecOutput, StreamedExit};
 pub use files::{resolve_path, FileData, FileKind, MAX_FILE_BYTES};
@@ -38,7 +40,7 @@ pub use network::{remove_run_networks, Network};
 pub use output::{sanitize, OutputCollector};
 pub use port::{PublishedPort, PUBLISH_ADDRESS};
 pub use prune::{
-    cleanup_run, owner_label, prune, remove_own_settled, remove_run, remove_run_settled, PruneScope, Removed,
+    cleanup_run, count_running, owner_label, prune, remove_own_settled, remove_run, remove_run_settled, PruneScope, Removed,
 };
 pub use shell::{shell_quote, CommandResult, Shell};
 pub use standin::{build_standins, standin_for, Standin, TRIXIE_BASE_IMAGE};

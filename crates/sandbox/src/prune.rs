@@ -187,6 +187,12 @@ async fn remove_labelled(docker: &Engine, label: &str) -> Result<usize, SandboxE
     Ok(n)
 }
 
+/// Running containers of ours (any run, any owner) on the engine.
+pub async fn count_running(docker: &Engine) -> Result<usize, SandboxError> {
+    let opts = ListContainersOptions { all: false, filters: label_filter(LABEL_OWNER), ..Default::default() };
+    docker.api().list_containers(Some(opts)).await.map(|l| l.len()).map_err(|e| SandboxError::docker("list containers", e))
+}
+
 /// Containers (any state) carrying `label` (1 when the engine cannot say).
 async fn count_labelled(docker: &Engine, label: &str) -> usize {
     let opts = ListContainersOptions { all: true, filters: label_filter(label), ..Default::default() };
@@ -218,7 +224,7 @@ pub async fn remove_run_settled(engine: &Engine, run_id: &str) -> Removed {
 /// What a front end that was interrupted removes: the containers it registered (started
 /// but perhaps not yet labelled as its run's) and everything labelled with `run_id`.
 pub async fn cleanup_run(engine: &Engine, run_id: &str) {
-    crate::container::cleanup_registered(engine).await;
+    crate::container::cleanup_registered().await;
     remove_run_settled(engine, run_id).await;
 }
 

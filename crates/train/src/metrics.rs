@@ -79,6 +79,9 @@ pub struct StepMetrics {
     pub context_exhausted: u64,
     /// Rollouts that failed (container or harness error).
     pub crashed: u64,
+    /// Rollouts per Docker engine (`[[sandbox.engines]]`), by the engine's name.
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub engines: std::collections::BTreeMap<String, u64>,
     /// Groups used in the update.
     pub groups_kept: u64,
     /// Mean |trainer − sampler| log-prob of the model tokens, when another engine

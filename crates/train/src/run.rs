@@ -5,7 +5,7 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use agent_sandbox::Engine;
+use agent_sandbox::EnginePool;
 use serde::Serialize;
 
 use super::checkpoint::{write_atomic, CheckpointState, Checkpoints};
@@ -97,7 +97,7 @@ pub fn train_mode(preset: &Preset) -> TrainMode {
 /// Runs (or resumes) a training run.
 pub async fn train(
     opts: TrainOptions,
-    docker: &Engine,
+    pool: &EnginePool,
     log: &(dyn Fn(String) + Sync),
 ) -> Result<EvalReport, TrainError> {
     let preset = &opts.preset;
@@ -203,12 +203,26 @@ pub async fn train(
     let config = setup::rollout_config(preset, &opts.config);
     let tasks_dir = preset.resolve_path(&preset.tasks)?;
     let (ctx, tasks) =
-        setup::trial_context(&tasks_dir, config, docker, &out.join("rollouts"), &run_id, preset.task_filter.as_ref())
+        setup::trial_context(&tasks_dir, config, pool, &out.join("rollouts"), &run_id, preset.task_filter.as_ref())
             .await?;
     if let Some(f) = &preset.task_filter {
         log(format!("training on the {} indexed task(s) with {}", tasks.len(), f.describe()));
     }
-    let _ = agent_sandbox::remove_run_settled(docker, &run_id).await;
+    for engine in pool.engines() {
+        let _ = agent_sandbox::remove_run_settled(&engine, &run_id).await;
+    }
+    {
+        // An engine that answers again after it was lost: what its rollouts left there.
+        let ids = [run_id.clone(), format!("{run_id}-eval")];
+        pool.on_revive(Arc::new(move |engine| {
+            let ids = ids.clone();
+            Box::pin(async move {
+                for id in &ids {
+                    let _ = agent_sandbox::remove_run_settled(&engine, id).await;
+                }
+            })
+        }));
+    }
     let sampler: Arc<dyn RolloutSampler> = match preset.rollout.engine {
         RolloutEngine::Mistralrs => {
             let work = match world.world_size() {
@@ -291,13 +305,15 @@ pub async fn train(
             let (ctx, tasks) = setup::trial_context(
                 &dir,
                 setup::rollout_config(preset, &opts.config),
-                docker,
+                pool,
                 &out.join("eval-rollouts"),
                 &format!("{run_id}-eval"),
                 None,
             )
             .await?;
-            let _ = agent_sandbox::remove_run_settled(docker, &format!("{run_id}-eval")).await;
+            for engine in pool.engines() {
+                let _ = agent_sandbox::remove_run_settled(&engine, &format!("{run_id}-eval")).await;
+            }
             Some(runner.for_tasks(ctx, tasks))
         }
         None => None,

@@ -4,7 +4,7 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use agent_sandbox::Engine;
+use agent_sandbox::EnginePool;
 use candle_core::{DType, Device};
 use rand::seq::SliceRandom;
 use rand::SeedableRng;
@@ -20,7 +20,7 @@ use super::sft::{read_transcripts, transcript_sample};
 use super::update::{sft_step, Sample, UpdateSettings};
 use agent_bench::synth::TaskFilter;
 use agent_bench::{
-    discover, AgentKind, EnvSettings, HostEnv, ImageCache, TaskEntry, TrialContext, Verifier, VerifyMode,
+    discover, AgentKind, EngineImages, EnvSettings, HostEnv, TaskEntry, TrialContext, Verifier, VerifyMode,
 };
 use agent_core::config::Config;
 use agent_local::tiny_qwen3::{write_tiny_qwen3, TinyQwen3Config};
@@ -328,7 +328,7 @@ fn filtered_tasks(dir: &Path, filter: &TaskFilter) -> Result<Vec<TaskEntry>, Tra
 pub async fn trial_context(
     tasks_dir: &Path,
     config: Config,
-    docker: &Engine,
+    pool: &EnginePool,
     run_dir: &Path,
     run_id: &str,
     filter: Option<&TaskFilter>,
@@ -351,11 +351,11 @@ pub async fn trial_context(
     // task image's `pip install` without it) and its host-name overrides.
     let host = HostEnv::from_host(Path::new("/etc/hosts"), None).map_err(|e| TrainError::Other(e.to_string()))?;
     let ctx = TrialContext {
-        docker: docker.clone(),
+        pool: pool.clone(),
         run_dir: run_dir.to_path_buf(),
         agent: AgentKind::Agent,
         model: None,
-        images: Arc::new(ImageCache::new(docker.clone(), &config.image_map, host.build_env())),
+        images: Arc::new(EngineImages::new(&config.image_map, host.build_env())),
         env: EnvSettings::from_config(&config, run_id, host.extra_hosts.clone()),
         verifier: Verifier::probe(VerifyMode::Script).await,
         config,

@@ -99,6 +99,7 @@ impl Reply {
             status: if self.complete { RolloutStatus::Complete } else { RolloutStatus::Truncated },
             reason: String::new(),
             recording,
+            engine: None,
         }
     }
 }

@@ -120,14 +120,14 @@ pub async fn run(args: SynthArgs, config: Config) -> anyhow::Result<u8> {
         );
     }
     let docker = agent_sandbox::connect().await?;
-    super::super::bench::sweep_orphans(&docker).await;
+    super::super::bench::sweep_orphans(&agent_sandbox::EnginePool::single(docker.clone())).await;
     eprintln!("● synth → {}", args.out.display());
     let line = |l: String| eprintln!("{l}");
     let summary = tokio::select! {
         r = run_synth(plan, &opts, &config, &docker, &line) => r?,
         sig = signals.recv() => {
             eprintln!("● signal received: removing the run's containers");
-            agent_sandbox::cleanup_registered(&docker).await;
+            agent_sandbox::cleanup_registered().await;
             agent_sandbox::remove_run_settled(&docker, &agent_bench::synth::run::synth_run_id(&args.out)).await;
             eprintln!("● ended items are kept; continue with: agent tasks synth --resume --out {}", args.out.display());
             return Ok(Signals::exit_code(sig));

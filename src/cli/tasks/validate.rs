@@ -53,7 +53,7 @@ pub async fn run(args: ValidateArgs, config: Config) -> anyhow::Result<u8> {
         allow_cap_add: args.allow_cap_add,
     };
     let docker = agent_sandbox::connect().await?;
-    super::super::bench::sweep_orphans(&docker).await;
+    super::super::bench::sweep_orphans(&agent_sandbox::EnginePool::single(docker.clone())).await;
     if !args.json {
         eprintln!("● validating; the runs' logs go to {}", logs.display());
     }
@@ -73,7 +73,7 @@ pub async fn run(args: ValidateArgs, config: Config) -> anyhow::Result<u8> {
         r = validator.validate_all(&args.tasks, &print) => r,
         sig = signals.recv() => {
             eprintln!("● signal received: removing the validation's containers");
-            agent_sandbox::cleanup_registered(&docker).await;
+            agent_sandbox::cleanup_registered().await;
             agent_sandbox::remove_run_settled(&docker, &run_id).await;
             return Ok(Signals::exit_code(sig));
         }

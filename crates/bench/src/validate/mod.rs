@@ -22,7 +22,7 @@ use crate::agents::{AgentKind, ModelSource};
 use crate::env::EnvSettings;
 use crate::error::BenchError;
 use crate::hostenv::HostEnv;
-use crate::images::ImageCache;
+use crate::images::EngineImages;
 use crate::results::{FailureMode, TrialRecord};
 use crate::task::{discover, Layout, TaskEntry};
 use crate::trial::{run_trial_with, TrialContext};
@@ -205,13 +205,13 @@ impl Validator {
     /// A trial context like validation's, for other agents (calibration runs a solver
     /// model on validated tasks), with its own image cache.
     pub fn trial_context(&self, agent: AgentKind, model: Option<ModelSource>, run_dir: &Path) -> TrialContext {
-        let images = Arc::new(ImageCache::new(self.docker.clone(), &self.config.image_map, self.opts.host.build_env()));
+        let images = Arc::new(EngineImages::new(&self.config.image_map, self.opts.host.build_env()));
         TrialContext { model, run_dir: run_dir.to_path_buf(), ..self.context(agent, &images, true) }
     }
 
-    fn context(&self, agent: AgentKind, images: &Arc<ImageCache>, network: bool) -> TrialContext {
+    fn context(&self, agent: AgentKind, images: &Arc<EngineImages>, network: bool) -> TrialContext {
         TrialContext {
-            docker: self.docker.clone(),
+            pool: agent_sandbox::EnginePool::single(self.docker.clone()),
             run_dir: self.logs_dir.clone(),
             agent,
             model: None,
@@ -270,9 +270,9 @@ impl Validator {
         }
         // A fresh cache per validation: a builder edits its task's Dockerfile between
         // validations, and the cache keeps a task's images by name.
-        let images = Arc::new(ImageCache::new(self.docker.clone(), &self.config.image_map, self.opts.host.build_env()));
+        let images = Arc::new(EngineImages::new(&self.config.image_map, self.opts.host.build_env()));
         let t = Instant::now();
-        let built = images.get(task).await;
+        let built = images.on(&self.docker).get(task).await;
         report.times.build_secs = t.elapsed().as_secs_f64();
         if let Err(e) = built {
             let text = e.to_string();

@@ -260,7 +260,19 @@ fn config_asks(file: &ProjectFile, user: &Config, asks: &mut Vec<Ask>) {
         ));
     }
     if let Some(toml::Value::Table(sandbox)) = table.get("sandbox") {
-        for name in sandbox.keys() {
+        if sandbox.contains_key("engines") {
+            // Where containers run (and with which keys) is the user's choice alone: an
+            // engine named by a cloned repository would receive the workspace and could
+            // run anything on the host behind it.
+            asks.push(Ask::new(
+                AskKind::Refused,
+                f,
+                "sandbox engines: a project cannot choose the Docker engines; set [[sandbox.engines]] in your own config".into(),
+                false,
+                key(&["sandbox", "engines"]),
+            ));
+        }
+        for name in sandbox.keys().filter(|k| k.as_str() != "engines") {
             if let Some(ask) = sandbox_ask(f, name, &project.sandbox, &user.sandbox) {
                 asks.push(ask);
             }

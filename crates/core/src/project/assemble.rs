@@ -62,6 +62,8 @@ pub(crate) fn assemble_asks(
     apply: Apply,
 ) -> Result<ProjectSettings, ProjectError> {
     let dropped = |a: &Ask| match apply {
+        // A refused key is never applied, however much the project is trusted.
+        _ if a.kind == AskKind::Refused && matches!(a.target, Target::ConfigKey(_)) => true,
         Apply::All => false,
         Apply::SafeOnly => a.needs_trust,
         Apply::Nothing => true,

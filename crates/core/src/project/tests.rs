@@ -202,3 +202,24 @@ fn control_characters_and_huge_values_are_shown_harmless() {
     let asks = project_asks(&ProjectFiles::read(dir.path()).unwrap(), &Config::default());
     assert!(asks[0].text.ends_with("more characters)"), "{}", asks[0].text);
 }
+
+#[test]
+fn a_project_never_chooses_the_docker_engines_even_when_trusted() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(dir.path().join(".agent")).unwrap();
+    std::fs::write(
+        dir.path().join(".agent/config.toml"),
+        "[sandbox]\nmemory_mb = 1024\n[[sandbox.engines]]\nurl = \"tcp://127.0.0.1:2375\"\nmax_containers = 64\n",
+    )
+    .unwrap();
+    let files = ProjectFiles::read(dir.path()).unwrap();
+    let asks = project_asks(&files, &Config::default());
+    let refused: Vec<&Ask> = asks.iter().filter(|a| a.kind == AskKind::Refused).collect();
+    assert_eq!(refused.len(), 1, "{asks:#?}");
+    assert!(refused[0].text.contains("cannot choose the Docker engines"), "{}", refused[0].text);
+    for apply in [Apply::All, Apply::SafeOnly] {
+        let settings = assemble(&user(), &files, apply).unwrap();
+        assert!(settings.config.sandbox.engines.is_empty(), "{apply:?}: {:?}", settings.config.sandbox.engines);
+        assert_eq!(settings.config.sandbox.memory_mb, 1024, "the rest of [sandbox] still applies");
+    }
+}

@@ -53,6 +53,8 @@ pub struct Rollout {
     pub reason: String,
     /// The tokens.
     pub recording: Recording,
+    /// The Docker engine its sandbox ran on (none when it never got one).
+    pub engine: Option<String>,
 }
 
 /// What one rollout is: which task, which group member, which seed.
@@ -224,6 +226,7 @@ impl RolloutRunner {
             status,
             reason,
             recording,
+            engine: rec.engine.clone(),
         }
     }
 }
@@ -232,7 +235,8 @@ impl RolloutRunner {
 fn classify(rec: &TrialRecord, recording: &Recording) -> (RolloutStatus, String) {
     let ended = rec.agent_ended.clone();
     match rec.failure_mode {
-        FailureMode::EnvBuildFailed | FailureMode::TestTimeout | FailureMode::ParseError => {
+        // A lost engine says nothing about the policy either: the rollout leaves its group.
+        FailureMode::EnvBuildFailed | FailureMode::TestTimeout | FailureMode::ParseError | FailureMode::SandboxLost => {
             return (RolloutStatus::Crashed, rec.reason.clone())
         }
         FailureMode::AgentTimeout => return (RolloutStatus::TimedOut, rec.reason.clone()),

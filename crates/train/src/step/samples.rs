@@ -23,6 +23,9 @@ pub fn build_samples(preset: &Preset, rollouts: &[Rollout], sampler_logp: bool) 
         })
         .count() as u64;
     m.crashed = rollouts.iter().filter(|r| r.status == RolloutStatus::Crashed).count() as u64;
+    for e in rollouts.iter().filter_map(|r| r.engine.as_ref()) {
+        *m.engines.entry(e.clone()).or_default() += 1;
+    }
     if !counted.is_empty() {
         let n = counted.len() as f64;
         // `+ 0.0` turns a -0.0 sum into 0.0 for the log.
