@@ -31,7 +31,8 @@ pub async fn list(config: &Config) -> anyhow::Result<u8> {
         };
         let row = match engine {
             Ok(e) => {
-                let ours = agent_sandbox::count_running(&e).await.map(|n| n.to_string()).unwrap_or_else(|e| e.to_string());
+                let ours =
+                    agent_sandbox::count_running(&e).await.map(|n| n.to_string()).unwrap_or_else(|e| e.to_string());
                 let free = match ours.parse::<usize>() {
                     Ok(n) if spec.max_containers != usize::MAX => spec.max_containers.saturating_sub(n).to_string(),
                     _ => "unbounded".into(),

@@ -45,7 +45,12 @@ pub struct LaunchArgs {
 const LAUNCHER_FLAGS: [&str; 5] = ["--nproc-per-node", "--nnodes", "--node-rank", "--master-addr", "--master-port"];
 
 /// Starts the workers and waits for them; returns the run's exit code.
-pub async fn launch(args: &LaunchArgs, nproc: usize, out: &Path, pool: &agent_sandbox::EnginePool) -> anyhow::Result<u8> {
+pub async fn launch(
+    args: &LaunchArgs,
+    nproc: usize,
+    out: &Path,
+    pool: &agent_sandbox::EnginePool,
+) -> anyhow::Result<u8> {
     if args.node_rank >= args.nnodes {
         anyhow::bail!("--node-rank {} is not below --nnodes {}", args.node_rank, args.nnodes);
     }

@@ -44,7 +44,8 @@ fn assert_hardened(dind: &Dind, name: &str) {
     let o = dind.docker().args(["inspect", name]).output().unwrap();
     let v: Value = serde_json::from_slice(&o.stdout).unwrap_or(Value::Null);
     let host = &v[0]["HostConfig"];
-    let opts: Vec<&str> = host["SecurityOpt"].as_array().map(|a| a.iter().filter_map(Value::as_str).collect()).unwrap_or_default();
+    let opts: Vec<&str> =
+        host["SecurityOpt"].as_array().map(|a| a.iter().filter_map(Value::as_str).collect()).unwrap_or_default();
     assert!(opts.iter().any(|o| o.starts_with("no-new-privileges")), "{name}: {host}");
     assert!(host["CapDrop"].as_array().is_some_and(|c| !c.is_empty()), "{name}: {host}");
     assert!(host["Memory"].as_i64().unwrap_or(0) > 0 && host["PidsLimit"].as_i64().unwrap_or(0) > 0, "{name}: {host}");
@@ -59,7 +60,8 @@ fn oracle_trials_spread_over_two_engines_and_match_a_one_engine_run() {
     let tasks = tasks();
     let task_refs: Vec<&Path> = tasks.iter().map(PathBuf::as_path).collect();
 
-    let listed = Command::new(support::agent_bin()).arg("--config").arg(&cfg).args(["sandbox", "engines"]).output().unwrap();
+    let listed =
+        Command::new(support::agent_bin()).arg("--config").arg(&cfg).args(["sandbox", "engines"]).output().unwrap();
     let table = String::from_utf8_lossy(&listed.stdout);
     assert!(listed.status.success(), "{table}{}", String::from_utf8_lossy(&listed.stderr));
     assert!(table.lines().filter(|l| l.contains(" up ")).count() == 2, "{table}");
@@ -171,7 +173,10 @@ fn cpu_tiny_training_spreads_its_rollouts_over_two_engines_and_learns() {
             *per_engine.entry(e.clone()).or_default() += n;
         }
     }
-    assert!(per_engine.get("local").is_some_and(|n| *n > 0) && per_engine.get("dind").is_some_and(|n| *n > 0), "{per_engine:?}");
+    assert!(
+        per_engine.get("local").is_some_and(|n| *n > 0) && per_engine.get("dind").is_some_and(|n| *n > 0),
+        "{per_engine:?}"
+    );
     assert!(dind.our_containers().is_empty(), "left on the second engine: {:?}", dind.our_containers());
 }
 
@@ -185,7 +190,11 @@ fn throughput_with_one_and_two_engines() {
     let dind = Dind::start("throughput");
     let dir = tempfile::tempdir().unwrap();
     let one = dir.path().join("one.toml");
-    std::fs::write(&one, "[[sandbox.engines]]\nname = \"local\"\nurl = \"unix:///var/run/docker.sock\"\nmax_containers = 2\n").unwrap();
+    std::fs::write(
+        &one,
+        "[[sandbox.engines]]\nname = \"local\"\nurl = \"unix:///var/run/docker.sock\"\nmax_containers = 2\n",
+    )
+    .unwrap();
     let two = dir.path().join("two.toml");
     let text = format!("{}\n{}", std::fs::read_to_string(&one).unwrap(), dind.engine_toml("dind", 2));
     std::fs::write(&two, text).unwrap();

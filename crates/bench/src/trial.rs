@@ -141,7 +141,8 @@ async fn run_placed(
     started: Instant,
 ) -> TrialRecord {
     let engine = placement.engine();
-    let lost = |rec: TrialRecord, why: String| fail(rec, FailureMode::SandboxLost, lost_reason(placement, &why), started);
+    let lost =
+        |rec: TrialRecord, why: String| fail(rec, FailureMode::SandboxLost, lost_reason(placement, &why), started);
     let t = Instant::now();
     let built = guarded(&ctx.pool, placement, ctx.images.on(engine).get(task)).await;
     // A failed build's time counts too: it is where the trial's time went.

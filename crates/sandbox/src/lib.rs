@@ -40,7 +40,8 @@ pub use network::{remove_run_networks, Network};
 pub use output::{sanitize, OutputCollector};
 pub use port::{PublishedPort, PUBLISH_ADDRESS};
 pub use prune::{
-    cleanup_run, count_running, owner_label, prune, remove_own_settled, remove_run, remove_run_settled, PruneScope, Removed,
+    cleanup_run, count_running, owner_label, prune, remove_own_settled, remove_run, remove_run_settled, PruneScope,
+    Removed,
 };
 pub use shell::{shell_quote, CommandResult, Shell};
 pub use standin::{build_standins, standin_for, Standin, TRIXIE_BASE_IMAGE};

@@ -190,7 +190,12 @@ async fn remove_labelled(docker: &Engine, label: &str) -> Result<usize, SandboxE
 /// Running containers of ours (any run, any owner) on the engine.
 pub async fn count_running(docker: &Engine) -> Result<usize, SandboxError> {
     let opts = ListContainersOptions { all: false, filters: label_filter(LABEL_OWNER), ..Default::default() };
-    docker.api().list_containers(Some(opts)).await.map(|l| l.len()).map_err(|e| SandboxError::docker("list containers", e))
+    docker
+        .api()
+        .list_containers(Some(opts))
+        .await
+        .map(|l| l.len())
+        .map_err(|e| SandboxError::docker("list containers", e))
 }
 
 /// Containers (any state) carrying `label` (1 when the engine cannot say).

@@ -52,7 +52,14 @@ async fn bench(docker: &agent_sandbox::Engine, agent: AgentKind, tasks: &Path, o
     let opts = options(agent, tasks, out, &run_id);
     let schedule = agent_bench::schedule(&opts).unwrap();
     let notice = |n: String| eprintln!("● {n}");
-    let results = agent_bench::run_bench(&schedule, &opts, &Config::default(), &agent_sandbox::EnginePool::single(docker.clone()), &notice).await;
+    let results = agent_bench::run_bench(
+        &schedule,
+        &opts,
+        &Config::default(),
+        &agent_sandbox::EnginePool::single(docker.clone()),
+        &notice,
+    )
+    .await;
     agent_sandbox::remove_run_settled(docker, &run_id).await;
     results.unwrap()
 }

@@ -7,8 +7,8 @@ mod copy;
 mod pool;
 mod spec;
 
-pub(crate) use connect::handshake;
 pub use connect::connect_engine;
+pub(crate) use connect::handshake;
 pub(crate) use copy::copy_image;
 pub use pool::{EnginePool, EngineStatus, Placement, ReviveHook};
 pub use spec::EngineSpec;

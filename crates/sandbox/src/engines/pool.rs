@@ -134,7 +134,10 @@ impl EnginePool {
                     Ok(engine) => State { engine: Some(seeded(engine, seed.as_ref())), ..Default::default() },
                     Err(e) => {
                         failures.push(format!("{name}: {e}"));
-                        State { down: Some(Down { reason: e.to_string(), next_probe: Instant::now() + PROBE_EVERY }), ..Default::default() }
+                        State {
+                            down: Some(Down { reason: e.to_string(), next_probe: Instant::now() + PROBE_EVERY }),
+                            ..Default::default()
+                        }
                     }
                 };
                 Member { spec: spec.clone(), name, state: Mutex::new(state) }

@@ -42,9 +42,18 @@ pub(crate) enum Transport {
     Unix(PathBuf),
     /// Plain HTTP: loopback only.
     Http(String),
-    Tls { addr: String, ca: PathBuf, cert: PathBuf, key: PathBuf },
+    Tls {
+        addr: String,
+        ca: PathBuf,
+        cert: PathBuf,
+        key: PathBuf,
+    },
     /// `ssh` forwards a local socket to the remote engine's socket.
-    Ssh { destination: String, port: Option<u16>, socket: String },
+    Ssh {
+        destination: String,
+        port: Option<u16>,
+        socket: String,
+    },
 }
 
 impl EngineSpec {
@@ -115,11 +124,11 @@ impl EngineSpec {
                 Ok(Transport::Tls { addr, ca: ca.clone(), cert: cert.clone(), key: key.clone() })
             }
             (None, None, None) if is_loopback(&addr) => Ok(Transport::Http(addr)),
-            (None, None, None) => Err(bad(
-                "a plain tcp:// engine gives root on its host to anyone who can reach the port; \
+            (None, None, None) => {
+                Err(bad("a plain tcp:// engine gives root on its host to anyone who can reach the port; \
                  configure TLS (tls_ca, tls_cert, tls_key, the engine started with --tlsverify) or use ssh://"
-                    .into(),
-            )),
+                    .into()))
+            }
             _ => Err(bad("TLS needs all three of tls_ca, tls_cert and tls_key".into())),
         }
     }
@@ -147,7 +156,10 @@ pub(crate) fn check_names(specs: &[EngineSpec]) -> Result<(), SandboxError> {
             });
         }
         if s.max_containers == 0 {
-            return Err(SandboxError::EngineConfig { url: s.url.clone(), reason: "max_containers must be at least 1".into() });
+            return Err(SandboxError::EngineConfig {
+                url: s.url.clone(),
+                reason: "max_containers must be at least 1".into(),
+            });
         }
     }
     Ok(())

@@ -4,4 +4,5 @@
 
 use agent_test_support as support;
 
+mod pool;
 mod shell;
