@@ -192,12 +192,6 @@ impl EnginePool {
             .collect()
     }
 
-    /// The first engine that answers: where images are copied from when another engine
-    /// lacks them.
-    pub fn primary(&self) -> Option<Engine> {
-        self.engines().into_iter().next()
-    }
-
     /// Each engine's state, asking the down ones again first.
     pub async fn status(&self) -> Vec<EngineStatus> {
         self.probe(true).await;
@@ -246,6 +240,8 @@ impl EnginePool {
         loop {
             // Registered before looking, so that a release in between is not missed.
             let changed = self.inner.changed.notified();
+            tokio::pin!(changed);
+            changed.as_mut().enable();
             self.probe(false).await;
             let mut best: Option<(usize, usize)> = None;
             let mut any_up = false;
@@ -284,7 +280,7 @@ impl EnginePool {
                 }
             }
             tokio::select! {
-                _ = changed => {}
+                _ = &mut changed => {}
                 _ = tokio::time::sleep(PROBE_EVERY.min(Duration::from_secs(2))) => {}
             }
         }
