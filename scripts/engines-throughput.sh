@@ -11,4 +11,4 @@ cd "$(dirname "$0")/.."
 source scripts/env.sh
 export ATTEMPTS=${ATTEMPTS:-3}
 cargo test --quiet --test it engines::throughput_with_one_and_two_engines -- --ignored --nocapture 2>&1 \
-  | grep -E "engine\(s\)|panicked|FAILED"
+  | grep -E "trials/hour|  on |panicked|FAILED"

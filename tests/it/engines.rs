@@ -181,42 +181,65 @@ fn cpu_tiny_training_spreads_its_rollouts_over_two_engines_and_learns() {
 }
 
 /// Trials per hour with one engine and with two (`scripts/engines-throughput.sh`; not in
-/// the suite): the four fixture tasks × `ATTEMPTS` with the oracle, two containers per
-/// engine.
+/// the suite): the four fixture tasks × `ATTEMPTS` with the oracle; the local engine alone
+/// with 2 and with 4 containers at once, and both engines with 2 each.
 #[test]
 #[ignore = "a measurement: scripts/engines-throughput.sh"]
 fn throughput_with_one_and_two_engines() {
     let attempts = std::env::var("ATTEMPTS").unwrap_or_else(|_| "3".into());
     let dind = Dind::start("throughput");
     let dir = tempfile::tempdir().unwrap();
-    let one = dir.path().join("one.toml");
-    std::fs::write(
-        &one,
-        "[[sandbox.engines]]\nname = \"local\"\nurl = \"unix:///var/run/docker.sock\"\nmax_containers = 2\n",
-    )
-    .unwrap();
-    let two = dir.path().join("two.toml");
-    let text = format!("{}\n{}", std::fs::read_to_string(&one).unwrap(), dind.engine_toml("dind", 2));
-    std::fs::write(&two, text).unwrap();
+    let local = |max: usize| {
+        format!(
+            "[[sandbox.engines]]\nname = \"local\"\nurl = \"unix:///var/run/docker.sock\"\nmax_containers = {max}\n"
+        )
+    };
+    let configs = [
+        ("warm-up", format!("{}\n{}", local(2), dind.engine_toml("dind", 2)), "4", "1"),
+        ("local, 2 at once", local(2), "2", attempts.as_str()),
+        ("local, 4 at once", local(4), "4", attempts.as_str()),
+        (
+            "local + second engine, 2 + 2",
+            format!("{}\n{}", local(2), dind.engine_toml("dind", 2)),
+            "4",
+            attempts.as_str(),
+        ),
+    ];
     let tasks = tasks();
     let task_refs: Vec<&Path> = tasks.iter().map(PathBuf::as_path).collect();
-    // A first pass on each engine builds the images (and copies the base to the second).
-    for (name, cfg, n) in [("warm", &two, "4"), ("one", &one, "2"), ("two", &two, "4")] {
-        let out = dir.path().join(name);
-        let args = ["--agent", "oracle", "-n", n, "-k", if name == "warm" { "1" } else { attempts.as_str() }];
+    // The warm-up builds the images on each engine (and copies the base to the second).
+    for (i, (name, text, n, k)) in configs.iter().enumerate() {
+        let cfg = dir.path().join(format!("{i}.toml"));
+        std::fs::write(&cfg, text).unwrap();
+        let out = dir.path().join(format!("run-{i}"));
         let started = Instant::now();
-        let o = bench_command(&out, &run_id(name), &args, &task_refs).arg("--config").arg(cfg).output().unwrap();
+        let args = ["--agent", "oracle", "-n", n, "-k", k];
+        let o =
+            bench_command(&out, &run_id("throughput"), &args, &task_refs).arg("--config").arg(&cfg).output().unwrap();
         assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
         let secs = started.elapsed().as_secs_f64();
         let r = results(&out);
         let n_trials = r["n_trials"].as_u64().unwrap();
-        if name != "warm" {
+        if i > 0 {
             println!(
-                "{name} engine(s): {n_trials} trials ({} resolved) in {secs:.1} s = {:.0} trials/hour; engines {:?}",
+                "{name}: {n_trials} trials ({} resolved) in {secs:.1} s = {:.0} trials/hour",
                 r["n_resolved"],
-                n_trials as f64 * 3600.0 / secs,
-                engines_of(&r)
+                n_trials as f64 * 3600.0 / secs
             );
+            for engine in engines_of(&r) {
+                let on: Vec<&Value> =
+                    r["trials"].as_array().unwrap().iter().filter(|t| t["engine"] == engine.as_str()).collect();
+                let mean = |key: &str| {
+                    on.iter().map(|t| t["timings"][key].as_f64().unwrap_or(0.0)).sum::<f64>() / on.len() as f64
+                };
+                println!(
+                    "  on {engine}: {} trials, mean trial {:.1} s (environment start {:.1} s, teardown {:.1} s)",
+                    on.len(),
+                    mean("total_secs"),
+                    mean("env_start_secs"),
+                    mean("teardown_secs")
+                );
+            }
         }
     }
 }
