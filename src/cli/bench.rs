@@ -118,6 +118,11 @@ pub async fn run(args: BenchArgs, mut config: Config) -> anyhow::Result<u8> {
             return Ok(Signals::exit_code(sig));
         }
     };
+    // Every trial removes its containers; this is the net for one whose engine was
+    // thought lost and kept them.
+    for engine in pool.reachable().await {
+        agent_sandbox::remove_run_settled(&engine, &schedule.run_id).await;
+    }
     let results = match outcome {
         Ok(r) => r,
         Err(e) => {

@@ -30,7 +30,13 @@ pub enum SandboxCommand {
     },
     /// Build the local stand-ins for Terminal-Bench's base images (Python 3.13 on
     /// bookworm, Ubuntu 24.04 as trixie) when missing; bench builds them on first use.
-    Standins,
+    Standins {
+        /// Only print which images are stood in for, by what (also behind the mirrors
+        /// `docker.io/library/`, `public.ecr.aws/docker/library/`, `mirror.gcr.io/library/`
+        /// and with a digest).
+        #[arg(long)]
+        list: bool,
+    },
     /// Remove containers left behind by crashed runs, on every engine of the pool.
     Prune {
         /// Remove every agent container, including those of runs still going.
@@ -55,6 +61,12 @@ pub enum SandboxCommand {
 pub async fn run(cmd: SandboxCommand, config: Config) -> anyhow::Result<u8> {
     match cmd {
         SandboxCommand::Engines => return super::engines::list(&config).await,
+        SandboxCommand::Standins { list: true } => {
+            for (pattern, tag, what) in agent_bench::standin_table() {
+                println!("{pattern:<48} → {tag:<40} {what}");
+            }
+            return Ok(0);
+        }
         SandboxCommand::Prune { all } => {
             let scope = if all { PruneScope::All } else { PruneScope::Orphaned };
             let pool = super::engines::pool(&config).await?;
@@ -82,7 +94,7 @@ pub async fn run(cmd: SandboxCommand, config: Config) -> anyhow::Result<u8> {
             agent_sandbox::build_base_image(&docker, &opts, &mut |line| eprintln!("● {line}")).await?;
             Ok(0)
         }
-        SandboxCommand::Standins => {
+        SandboxCommand::Standins { .. } => {
             let host = agent_bench::HostEnv::from_host(std::path::Path::new("/etc/hosts"), None)?;
             let built = agent_sandbox::build_standins(&docker, &host.build_env(), &mut |l| eprintln!("● {l}")).await?;
             if !built.is_empty() {

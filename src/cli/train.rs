@@ -277,6 +277,9 @@ pub async fn run(args: TrainArgs, config: Config) -> anyhow::Result<u8> {
             return Err(e.into());
         }
     };
+    // Every rollout removes its containers; this is the net for one whose engine was
+    // thought lost and kept them (the run's engines are all asked again).
+    remove_containers(&pool).await;
     agent_train::dist::blocking(|| world.finish())?;
     if rank == 0 && report.rollouts == 0 {
         println!("trained without evaluation rollouts ({}/metrics.jsonl, {}/reward.svg)", out.display(), out.display());
@@ -400,7 +403,7 @@ async fn remove_containers(pool: &agent_sandbox::EnginePool) {
     agent_sandbox::cleanup_registered().await;
     // Rollouts run under many run ids; a create in flight may land after the first
     // pass: remove what this process owns until nothing is left.
-    for engine in pool.engines() {
+    for engine in pool.reachable().await {
         agent_sandbox::remove_own_settled(&engine).await;
     }
     super::bench::sweep_orphans(pool).await;

@@ -140,9 +140,55 @@ fn a_killed_engine_loses_its_trials_to_the_other_and_is_swept_when_it_returns() 
     assert!(dind.our_containers().is_empty(), "after the sweep: {:?}", dind.our_containers());
 }
 
-/// The cpu-tiny demonstration with its rollouts over both engines: it learns as the
-/// one-engine run does (`train::cpu_tiny_preset_learns_with_real_containers`).
+/// The short training preset with its rollouts over both engines gives step for step the
+/// metrics of the same run on the local engine alone (rewards, losses, gradients: the
+/// rollouts are the same wherever they run), and leaves nothing on either engine.
 #[test]
+fn training_rollouts_spread_over_two_engines_train_exactly_as_on_one() {
+    let one = crate::train::uninterrupted_run();
+    let dind = Dind::start("train-short");
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("engines.toml");
+    let text = format!(
+        "[[sandbox.engines]]\nname = \"local\"\nurl = \"unix:///var/run/docker.sock\"\nmax_containers = 2\n\n{}",
+        dind.engine_toml("dind", 2)
+    );
+    std::fs::write(&cfg, text).unwrap();
+    let out = dir.path().join("run");
+    let o = Command::new(support::agent_bin())
+        .arg("--config")
+        .arg(&cfg)
+        .args(["train", "--preset", &crate::train::resume_preset(), "--no-progress", "--out"])
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "agent train failed: {}", String::from_utf8_lossy(&o.stderr));
+    let read = |dir: &Path| agent_train::metrics::MetricsLog::read(&dir.join("metrics.jsonl")).unwrap();
+    let (two, alone) = (read(&out), read(one));
+    let mut per_engine = std::collections::BTreeMap::<String, u64>::new();
+    for m in &two {
+        for (e, n) in &m.engines {
+            *per_engine.entry(e.clone()).or_default() += n;
+        }
+    }
+    assert!(
+        per_engine.get("dind").is_some_and(|n| *n > 0) && per_engine.get("local").is_some_and(|n| *n > 0),
+        "{per_engine:?}"
+    );
+    let comparable = |m: &[agent_train::metrics::StepMetrics]| -> Vec<agent_train::metrics::StepMetrics> {
+        m.iter()
+            .map(|s| agent_train::metrics::StepMetrics { engines: Default::default(), ..s.without_clock() })
+            .collect()
+    };
+    assert_eq!(comparable(&two), comparable(&alone));
+    assert!(dind.our_containers().is_empty(), "left on the second engine: {:?}", dind.our_containers());
+}
+
+/// The cpu-tiny demonstration with its rollouts over both engines: it learns as the
+/// one-engine run does (`train::cpu_tiny_preset_learns_with_real_containers`). Minutes
+/// long: `scripts/engines-train.sh`.
+#[test]
+#[ignore = "a demonstration of several minutes: scripts/engines-train.sh"]
 fn cpu_tiny_training_spreads_its_rollouts_over_two_engines_and_learns() {
     let dind = Dind::start("train");
     let dir = tempfile::tempdir().unwrap();

@@ -13,6 +13,7 @@ mod cli_errors;
 mod cli_run;
 mod dind;
 mod engines;
+mod harbor_corpus;
 mod installed;
 mod judge;
 mod llamacpp;

@@ -102,8 +102,12 @@ fn failed(mode: FailureMode, reason: String) -> AgentOutcome {
     AgentOutcome { failure: Some((mode, reason.clone())), ended: reason, ..Default::default() }
 }
 
-/// Where the oracle copies a solution script.
+/// Where the oracle copies a TB1 solution script (the task's root holds its tests too,
+/// so the script goes alone).
 const SOLUTION_PATH: &str = "/oracle/solution.sh";
+/// Where the oracle copies a TB2 task's whole `solution/` folder, as Harbor does: a
+/// `solve.sh` finds its helper files beside it (`$(dirname "$0")/files/…`).
+const SOLUTION_DIR: &str = "/solution";
 
 /// A command that runs the solution script as `bash SCRIPT` does, with the task's
 /// solution variables. When the tests share the shell, the script's exported variables
@@ -143,11 +147,20 @@ async fn oracle(task: &BenchTask, sandbox: &Sandbox, trial_dir: &Path) -> (Agent
                     return (failed(FailureMode::AgentError, format!("{}: cannot read: {e}", path.display())), None)
                 }
             };
-            if let Err(e) = sandbox.write_file(SOLUTION_PATH, &bytes, None).await {
-                return (failed(FailureMode::AgentError, format!("cannot copy the solution in: {e}")), None);
-            }
-            let cmd = solution_command(SOLUTION_PATH, &task.env.solution, task.run_tests_in_same_shell);
-            vec![(cmd, format!("bash {SOLUTION_PATH}"), Duration::ZERO)]
+            let folder = path.parent().filter(|p| p.file_name().is_some_and(|n| n == "solution"));
+            let copied = match (folder, path.file_name()) {
+                (Some(folder), Some(name)) => sandbox
+                    .copy_dir_in(folder, SOLUTION_DIR)
+                    .await
+                    .map(|()| format!("{SOLUTION_DIR}/{}", name.to_string_lossy())),
+                _ => sandbox.write_file(SOLUTION_PATH, &bytes, None).await.map(|_| SOLUTION_PATH.to_string()),
+            };
+            let script = match copied {
+                Ok(s) => shell_quote(&s),
+                Err(e) => return (failed(FailureMode::AgentError, format!("cannot copy the solution in: {e}")), None),
+            };
+            let cmd = solution_command(&script, &task.env.solution, task.run_tests_in_same_shell);
+            vec![(cmd, format!("bash {script}"), Duration::ZERO)]
         }
         Solution::Keystrokes(steps) => {
             let waits: Vec<Duration> = steps

@@ -52,6 +52,14 @@ const BENCH_STANDINS: &[BenchStandin] = &[
     },
 ];
 
+/// What `agent bench` stands in for an image it cannot pull, first match wins: (pattern,
+/// local tag, what it is); the config's `[image_map]` comes before all of them.
+pub fn standin_table() -> Vec<(&'static str, &'static str, &'static str)> {
+    let bench = BENCH_STANDINS.iter().map(|s| (s.pattern, s.tag, s.description));
+    let sandbox = agent_sandbox::standins().iter().map(|s| (s.pattern, s.tag, s.description));
+    bench.chain(sandbox).collect()
+}
+
 /// The images of one task's environment: service name → image.
 #[derive(Debug, Clone)]
 pub struct TaskImages {
@@ -228,11 +236,20 @@ impl ImageCache {
         })
     }
 
-    /// Records `image` → its stand-in when it is stood in for.
+    /// Records `image` → its stand-in when it is stood in for (a bench stand-in through
+    /// the map, or one of the sandbox's for an image the map does not name).
     fn note_standin(&self, image: &str, standins: &mut BTreeMap<String, String>) {
-        let Some(tag) = self.map.lookup(image) else { return };
-        if let Some(s) = BENCH_STANDINS.iter().find(|s| s.tag == tag) {
-            standins.insert(image.to_string(), format!("{} ({})", s.tag, s.description));
+        match self.map.lookup(image) {
+            Some(tag) => {
+                if let Some(s) = BENCH_STANDINS.iter().find(|s| s.tag == tag) {
+                    standins.insert(image.to_string(), format!("{} ({})", s.tag, s.description));
+                }
+            }
+            None => {
+                if let Some(s) = agent_sandbox::standin_for(image) {
+                    standins.insert(image.to_string(), format!("{} ({})", s.tag, s.description));
+                }
+            }
         }
     }
 

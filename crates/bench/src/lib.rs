@@ -31,7 +31,7 @@ pub use agents::{AgentKind, ModelSource};
 pub use env::EnvSettings;
 pub use error::{BenchError, EnvError, ImageError, TaskError, VerifyError};
 pub use hostenv::HostEnv;
-pub use images::{EngineImages, ImageCache};
+pub use images::{standin_table, EngineImages, ImageCache};
 pub use results::{FailureMode, ResultsFile, TrialRecord};
 pub use run::{run_bench, schedule, BenchOptions, RunSchedule};
 pub use task::{discover, BenchTask, Layout, TaskEntry};

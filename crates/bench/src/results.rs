@@ -104,11 +104,13 @@ pub struct TrialRecord {
     pub agent_end_reason: Option<agent_protocol::EndReason>,
     pub timings: Timings,
     pub started_at_unix_ms: u128,
-    /// Images of the task stood in for by local ones: task image → stand-in (what it is).
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    /// Images of the task stood in for by local ones: task image → stand-in (what it is);
+    /// present (empty) when none was.
+    #[serde(default)]
     pub standins: BTreeMap<String, String>,
-    /// Where the harness did not do what the task asks (ignored compose keys, no MCP, …).
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    /// Where the harness did not do what the task asks (ignored compose keys, no MCP, an
+    /// unverified digest, …); present (empty) when there is nothing to say.
+    #[serde(default)]
     pub notices: Vec<String>,
     /// The Docker engine that ran it (`local` unless `[[sandbox.engines]]` names others).
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -166,7 +166,9 @@ pub async fn run_bench(
         _ => None,
     };
     let verifier = Verifier::probe(opts.verify).await;
-    if let Some(why) = &verifier.uv_unreachable {
+    // Said only when some task's tests do use uv.
+    let uses_uv = entries.iter().any(|e| e.task.as_ref().is_ok_and(Verifier::needs_uv));
+    if let (Some(why), true) = (&verifier.uv_unreachable, uses_uv) {
         notice(format!("tests that need uv are verified by the fallback pytest: {why}"));
     }
     let ctx = Arc::new(TrialContext {

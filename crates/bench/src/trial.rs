@@ -97,8 +97,8 @@ pub async fn run_trial_with(
     rec.engine = Some(placement.engine().name().to_string());
     let mut rec = run_placed(ctx, model, entry, task, attempt, &dir, &placement, rec, started).await;
     // A failure on an engine that no longer answers is the engine's, whatever the phase
-    // that noticed it said.
-    if !rec.resolved && rec.failure_mode != FailureMode::SandboxLost {
+    // that noticed it said. Tests that ran and scored say the engine was there.
+    if !matches!(rec.failure_mode, FailureMode::Unset | FailureMode::SandboxLost) {
         if let Some(reason) = ctx.pool.lost(&placement).await {
             rec.failure_mode = FailureMode::SandboxLost;
             rec.reason = lost_reason(&placement, &reason);
@@ -182,7 +182,10 @@ async fn run_placed(
     );
     let (outcome, mut agent_shell) = match guarded(&ctx.pool, placement, agent).await {
         Ok(v) => v,
-        Err(why) => return lost(rec, why),
+        Err(why) => {
+            give_up(&mut env).await;
+            return lost(rec, why);
+        }
     };
     rec.timings.agent_secs = outcome.duration.as_secs_f64();
     rec.usage = outcome.usage;
@@ -206,7 +209,11 @@ async fn run_placed(
             score(&mut rec, task.layout, task.test_weights.as_ref(), &run, task.test_timeout.as_secs());
         }
         Ok(Err(e)) => set_failure(&mut rec, FailureMode::AgentError, format!("the tests could not be run: {e}")),
-        Err(why) => return lost(rec, why),
+        Err(why) => {
+            drop(agent_shell);
+            give_up(&mut env).await;
+            return lost(rec, why);
+        }
     }
     // Closed before the teardown, so nothing reads from a container being removed.
     drop(agent_shell);
@@ -214,6 +221,12 @@ async fn run_placed(
     env.teardown().await;
     rec.timings.teardown_secs = t.elapsed().as_secs_f64();
     rec
+}
+
+/// Tries to remove a lost trial's environment, briefly: an engine that is gone refuses at
+/// once, and one that was only slow gets its containers back.
+async fn give_up(env: &mut TrialEnv) {
+    let _ = tokio::time::timeout(std::time::Duration::from_secs(30), env.teardown()).await;
 }
 
 fn fail(mut rec: TrialRecord, mode: FailureMode, reason: String, started: Instant) -> TrialRecord {

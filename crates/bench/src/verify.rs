@@ -128,6 +128,13 @@ impl Verifier {
         Ok(run)
     }
 
+    /// Whether the task's tests fetch uv (a TB1 `run-tests.sh` that runs it): only
+    /// those are verified differently when astral.sh is unreachable.
+    pub fn needs_uv(task: &BenchTask) -> bool {
+        task.layout != Layout::Tb2
+            && std::fs::read_to_string(&task.test_script).is_ok_and(|script| script_needs_uv(&script))
+    }
+
     async fn run_with(
         &self,
         task: &BenchTask,
@@ -141,7 +148,7 @@ impl Verifier {
         let script = std::fs::read_to_string(&task.test_script)
             .map_err(|e| VerifyError::ReadScript { path: task.test_script.display().to_string(), source: e })?;
         upload(sandbox, &format!("{TEST_DIR}/run-tests.sh"), script.as_bytes()).await?;
-        let needs_uv = script.contains("uv ") || script.contains("setup-uv-pytest");
+        let needs_uv = script_needs_uv(&script);
         let fallback_reason = match self.mode {
             VerifyMode::Script => None,
             VerifyMode::Fallback => Some("--verify fallback".to_string()),
@@ -369,6 +376,10 @@ async fn upload(sandbox: &Sandbox, path: &str, bytes: &[u8]) -> Result<(), Verif
 /// Copies a host directory to `dest` (created) in the container.
 pub async fn copy_dir(sandbox: &Sandbox, src: &Path, dest: &str) -> Result<(), VerifyError> {
     Ok(sandbox.copy_dir_in(src, dest).await?)
+}
+
+fn script_needs_uv(script: &str) -> bool {
+    script.contains("uv ") || script.contains("setup-uv-pytest")
 }
 
 #[cfg(test)]

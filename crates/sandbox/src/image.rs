@@ -12,6 +12,7 @@ use serde::{Deserialize, Serialize};
 
 use super::build::BuildEnv;
 use super::error::{describe_bollard, is_not_found, SandboxError};
+use super::reference::ImageRef;
 use super::standin::{build_standin, standin_for};
 
 /// Tag of the local Debian base image.
@@ -186,9 +187,12 @@ fn which(bin: &str) -> Option<PathBuf> {
 pub struct ImageMap(pub BTreeMap<String, String>);
 
 impl ImageMap {
-    /// The configured substitute for `image`, if any.
+    /// The configured substitute for `image`, if any: matched on the reference as
+    /// written, then without its digest, then as the official image behind a mirror.
     pub fn lookup(&self, image: &str) -> Option<&str> {
-        self.0.iter().find(|(pat, _)| glob_match(pat, image)).map(|(_, v)| v.as_str())
+        ImageRef::match_names(image)
+            .iter()
+            .find_map(|name| self.0.iter().find(|(pat, _)| glob_match(pat, name)).map(|(_, v)| v.as_str()))
     }
 }
 
@@ -232,8 +236,13 @@ pub async fn resolve_image_with(
     env: &BuildEnv,
     notice: &mut (dyn FnMut(String) + Send),
 ) -> Result<String, SandboxError> {
+    // A pinned digest cannot be checked against a substitute: say so where one is used.
+    let unverified = match ImageRef::parse(image).and_then(|r| r.digest) {
+        Some(d) => format!(" (its digest {} was not verified)", short_digest(&d)),
+        None => String::new(),
+    };
     if let Some(sub) = map.lookup(image) {
-        notice(format!("image map: using `{sub}` for `{image}`"));
+        notice(format!("image map: using `{sub}` for `{image}`{unverified}"));
         return Ok(sub.to_string());
     }
     if image_exists(docker, image).await? {
@@ -246,7 +255,7 @@ pub async fn resolve_image_with(
     if let Some(standin) = standin_for(image) {
         build_standin(docker, standin, env).await?;
         notice(format!(
-            "`{image}` cannot be pulled ({pull_error}); using the local stand-in `{}` ({})",
+            "`{image}` cannot be pulled ({pull_error}); using the local stand-in `{}` ({}){unverified}",
             standin.tag, standin.description
         ));
         return Ok(standin.tag.to_string());
@@ -259,6 +268,7 @@ pub async fn resolve_image_with(
 
 async fn try_pull(docker: &Engine, image: &str) -> Result<(), String> {
     let (name, tag) = split_tag(image);
+    let (name, tag) = (name.as_str(), tag.as_str());
     let pull = async {
         let mut stream = docker.api().create_image(
             Some(CreateImageOptions { from_image: name, tag, ..Default::default() }),
@@ -276,10 +286,24 @@ async fn try_pull(docker: &Engine, image: &str) -> Result<(), String> {
     }
 }
 
-fn split_tag(image: &str) -> (&str, &str) {
-    match image.rsplit_once(':') {
-        Some((name, tag)) if !tag.contains('/') => (name, tag),
-        _ => (image, "latest"),
+/// The repository and the tag or digest to pull (the API takes either as `tag`).
+fn split_tag(image: &str) -> (String, String) {
+    match ImageRef::parse(image) {
+        Some(r) => {
+            let tag = r.digest.clone().or(r.tag.clone()).unwrap_or_else(|| "latest".into());
+            (r.repository(), tag)
+        }
+        None => (image.to_string(), "latest".into()),
+    }
+}
+
+/// `sha256:4724b8cc51e3…`: enough to recognise it.
+fn short_digest(d: &str) -> String {
+    let cut: String = d.chars().take(19).collect();
+    if cut.len() < d.len() {
+        format!("{cut}…")
+    } else {
+        cut
     }
 }
 
@@ -320,8 +344,23 @@ mod tests {
 
     #[test]
     fn tags_split_off_registry_ports_correctly() {
-        assert_eq!(split_tag("localhost:5000/img"), ("localhost:5000/img", "latest"));
-        assert_eq!(split_tag("debian:bookworm"), ("debian", "bookworm"));
+        let pair = |a: &str, b: &str| (a.to_string(), b.to_string());
+        assert_eq!(split_tag("localhost:5000/img"), pair("localhost:5000/img", "latest"));
+        assert_eq!(split_tag("debian:bookworm"), pair("debian", "bookworm"));
+        let digest = "sha256:4724b8cc51e33e398f0e2e15e18d5ec2851ff0c2280647e1310bc1642182655d";
+        assert_eq!(
+            split_tag(&format!("public.ecr.aws/docker/library/debian:bookworm-slim@{digest}")),
+            pair("public.ecr.aws/docker/library/debian", digest)
+        );
+    }
+
+    #[test]
+    fn the_map_matches_digests_and_mirrors_by_what_they_name() {
+        let map = ImageMap([("python:3.13*".to_string(), "local-py".to_string())].into());
+        let digest = "sha256:4724b8cc51e33e398f0e2e15e18d5ec2851ff0c2280647e1310bc1642182655d";
+        assert_eq!(map.lookup(&format!("python:3.13-slim-bookworm@{digest}")), Some("local-py"));
+        assert_eq!(map.lookup("public.ecr.aws/docker/library/python:3.13-slim-bookworm"), Some("local-py"));
+        assert_eq!(map.lookup("ghcr.io/someone/python:3.13"), None, "not an official mirror");
     }
 
     #[test]

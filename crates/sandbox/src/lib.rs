@@ -15,6 +15,7 @@ mod network;
 mod output;
 mod port;
 mod prune;
+mod reference;
 mod shell;
 mod standin;
 mod stdio;
@@ -43,7 +44,8 @@ pub use prune::{
     cleanup_run, count_running, owner_label, prune, remove_own_settled, remove_run, remove_run_settled, PruneScope,
     Removed,
 };
+pub use reference::ImageRef;
 pub use shell::{shell_quote, CommandResult, Shell};
-pub use standin::{build_standins, standin_for, Standin, TRIXIE_BASE_IMAGE};
+pub use standin::{build_standins, standin_for, standins, Standin, TRIXIE_BASE_IMAGE};
 pub use stdio::{ExecReader, ExecStdio, ExecWriter, StderrTail};
 pub use volume::Volume;

@@ -6,6 +6,7 @@ use super::build::{build_from_dockerfile, BuildEnv};
 use super::docker::Engine;
 use super::error::SandboxError;
 use super::image::{build_base_image, glob_match, image_exists, BaseImageOptions, BASE_IMAGE};
+use super::reference::ImageRef;
 
 /// Tag of the Debian trixie base image, which stands in for Ubuntu 24.04.
 pub const TRIXIE_BASE_IMAGE: &str = "agent-base:trixie";
@@ -52,8 +53,10 @@ WORKDIR /app
 
 const PLAIN: &str = "FROM {base}\nENV PIP_BREAK_SYSTEM_PACKAGES=1\nWORKDIR /app\n";
 
-/// Built-in stand-ins for Terminal-Bench base images. Ubuntu 24.04 has no Debian twin;
-/// trixie is the nearest (its 64-bit-time package names, glibc and GCC generation).
+/// Built-in stand-ins for Terminal-Bench base images and the official images tasks start
+/// from (matched also behind their mirrors and digests, see [`ImageRef::match_names`]).
+/// Ubuntu 24.04 has no Debian twin; trixie is the nearest (its 64-bit-time package names,
+/// glibc and GCC generation). A stand-in without a Dockerfile is its Debian base itself.
 const TB_STANDINS: &[Standin] = &[
     Standin {
         pattern: "ghcr.io/laude-institute/t-bench/python-3-13:*",
@@ -69,11 +72,38 @@ const TB_STANDINS: &[Standin] = &[
         base: (TRIXIE_BASE_IMAGE, "trixie"),
         dockerfile: PLAIN,
     },
+    Standin {
+        pattern: "python:3.1*-slim*",
+        tag: "agent-tb-python-3-13:cpython-bookworm",
+        description: "Debian bookworm with CPython 3.13 built into /usr/local, as python:3.13-slim-bookworm (3.13 for any 3.1x), plus tmux, WORKDIR /app",
+        base: (BASE_IMAGE, "bookworm"),
+        dockerfile: PYTHON_313,
+    },
+    Standin {
+        pattern: "debian:bookworm*",
+        tag: BASE_IMAGE,
+        description: "Debian bookworm, debootstrapped here (minbase plus the sandbox's tools)",
+        base: (BASE_IMAGE, "bookworm"),
+        dockerfile: "",
+    },
+    Standin {
+        pattern: "debian:trixie*",
+        tag: TRIXIE_BASE_IMAGE,
+        description: "Debian trixie, debootstrapped here (minbase plus the sandbox's tools)",
+        base: (TRIXIE_BASE_IMAGE, "trixie"),
+        dockerfile: "",
+    },
 ];
 
-/// The built-in stand-in for `image`, if there is one.
+/// Every built-in stand-in, for `agent sandbox standins --list`.
+pub fn standins() -> &'static [Standin] {
+    TB_STANDINS
+}
+
+/// The built-in stand-in for `image`, if there is one (matched as written, without its
+/// digest, then as the official image behind a mirror).
 pub fn standin_for(image: &str) -> Option<&'static Standin> {
-    TB_STANDINS.iter().find(|s| glob_match(s.pattern, image))
+    ImageRef::match_names(image).iter().find_map(|name| TB_STANDINS.iter().find(|s| glob_match(s.pattern, name)))
 }
 
 /// Builds every built-in stand-in that is missing (and the bases they need); returns
@@ -84,7 +114,13 @@ pub async fn build_standins(
     progress: &mut (dyn FnMut(&str) + Send),
 ) -> Result<Vec<String>, SandboxError> {
     let mut built = Vec::new();
+    let mut seen = Vec::new();
     for s in TB_STANDINS {
+        // Aliases share a tag; the bases are built by `agent sandbox base`.
+        if s.dockerfile.is_empty() || seen.contains(&s.tag) {
+            continue;
+        }
+        seen.push(s.tag);
         if image_exists(docker, s.tag).await? {
             progress(&format!("{} exists", s.tag));
             continue;
@@ -119,6 +155,9 @@ pub(crate) async fn build_standin(docker: &Engine, standin: &Standin, env: &Buil
             }
         })?;
     }
+    if standin.dockerfile.is_empty() {
+        return Ok(());
+    }
     build_from_dockerfile(docker, standin.tag, &standin.dockerfile.replace("{base}", base), env).await
 }
 
@@ -134,6 +173,24 @@ mod tests {
         assert!(py.dockerfile.contains("purge"), "Debian's own Python goes");
         let ubuntu = standin_for("ghcr.io/laude-institute/t-bench/ubuntu-24-04:20250624").unwrap();
         assert_eq!(ubuntu.base, (TRIXIE_BASE_IMAGE, "trixie"));
-        assert!(standin_for("debian:bookworm").is_none());
+        assert!(standin_for("ubuntu:24.04").is_none());
+    }
+
+    #[test]
+    fn official_images_are_recognised_behind_mirrors_and_digests() {
+        let digest = "sha256:4724b8cc51e33e398f0e2e15e18d5ec2851ff0c2280647e1310bc1642182655d";
+        for (image, tag) in [
+            (format!("public.ecr.aws/docker/library/debian:bookworm-slim@{digest}"), BASE_IMAGE),
+            ("docker.io/library/debian:bookworm".to_string(), BASE_IMAGE),
+            ("mirror.gcr.io/library/debian:trixie-slim".to_string(), TRIXIE_BASE_IMAGE),
+            ("library/python:3.12-slim-bookworm".to_string(), "agent-tb-python-3-13:cpython-bookworm"),
+            (
+                format!("public.ecr.aws/docker/library/python:3.13-slim-bookworm@{digest}"),
+                "agent-tb-python-3-13:cpython-bookworm",
+            ),
+        ] {
+            assert_eq!(standin_for(&image).map(|s| s.tag), Some(tag), "{image}");
+        }
+        assert!(standin_for("ghcr.io/elsewhere/debian:bookworm").is_none(), "not a mirror of the official image");
     }
 }

@@ -14,8 +14,12 @@ use super::spec::{check_names, EngineSpec};
 
 /// How often a down engine is asked again whether it answers.
 const PROBE_EVERY: Duration = Duration::from_secs(10);
-/// How long a ping may take before an engine counts as not answering.
-const PING_LIMIT: Duration = Duration::from_secs(5);
+/// How long a ping may take before an engine counts as not answering: long, because a
+/// busy engine (builds, many containers starting) can be slow to answer and is not lost.
+/// An engine that is gone refuses at once.
+const PING_LIMIT: Duration = Duration::from_secs(15);
+/// How often a trial's engine is pinged while the trial runs.
+const WATCH_EVERY: Duration = Duration::from_secs(5);
 /// How long a placement waits while every engine is down before it gives up.
 const ALL_DOWN_WAIT: Duration = Duration::from_secs(60);
 
@@ -192,6 +196,14 @@ impl EnginePool {
             .collect()
     }
 
+    /// The engines that answer, after asking the down ones again (and sweeping those that
+    /// answer with the revive hook): for the clean-up at the end of a run, which must
+    /// not skip an engine that was only slow.
+    pub async fn reachable(&self) -> Vec<Engine> {
+        self.probe(true).await;
+        self.engines()
+    }
+
     /// Each engine's state, asking the down ones again first.
     pub async fn status(&self) -> Vec<EngineStatus> {
         self.probe(true).await;
@@ -329,7 +341,7 @@ impl EnginePool {
         }
         let mut failures = 0;
         loop {
-            tokio::time::sleep(PING_LIMIT).await;
+            tokio::time::sleep(WATCH_EVERY).await;
             if let Some(d) = self.inner.members.get(placement.index).and_then(|m| m.state.lock().ok()?.down.clone()) {
                 return d.reason;
             }

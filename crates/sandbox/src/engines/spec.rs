@@ -121,6 +121,13 @@ impl EngineSpec {
         }
         match (&self.tls_ca, &self.tls_cert, &self.tls_key) {
             (Some(ca), Some(cert), Some(key)) => {
+                // Relative to what? The config is read from several places: say it outright.
+                if let Some(rel) = [ca, cert, key].into_iter().find(|p| !p.is_absolute()) {
+                    return Err(bad(format!(
+                        "{} is a relative path; give the TLS files as absolute paths",
+                        rel.display()
+                    )));
+                }
                 Ok(Transport::Tls { addr, ca: ca.clone(), cert: cert.clone(), key: key.clone() })
             }
             (None, None, None) if is_loopback(&addr) => Ok(Transport::Http(addr)),
@@ -189,6 +196,8 @@ mod tests {
         s.tls_ca = Some("/c/ca.pem".into());
         assert!(s.transport().unwrap_err().to_string().contains("all three"));
         s.tls_cert = Some("/c/cert.pem".into());
+        s.tls_key = Some("c/key.pem".into());
+        assert!(s.transport().unwrap_err().to_string().contains("relative path"));
         s.tls_key = Some("/c/key.pem".into());
         assert!(matches!(s.transport(), Ok(Transport::Tls { ref addr, .. }) if addr == "build-1:2376"));
         assert_eq!(s.display_name(), "build-1:2376");
