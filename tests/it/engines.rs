@@ -14,16 +14,32 @@ use crate::bench::{bench_command, results, run_id};
 use crate::dind::Dind;
 use crate::support;
 
-/// The second engine and the local one run at most one container of ours each: a run of
-/// several tasks must use both.
-fn two_engines(dir: &Path, dind: &Dind) -> PathBuf {
+/// The `[[sandbox.engines]]` entry of the local engine, named `local`.
+fn local_engine(max_containers: usize) -> String {
+    format!("[[sandbox.engines]]\nname = \"local\"\nurl = \"unix:///var/run/docker.sock\"\nmax_containers = {max_containers}\n")
+}
+
+/// A config of the local engine and the second one (`dind`), each running at most
+/// `max_containers` containers of ours: with 1, a run of several tasks must use both.
+fn two_engines(dir: &Path, dind: &Dind, max_containers: usize) -> PathBuf {
     let cfg = dir.join("engines.toml");
-    let text = format!(
-        "[[sandbox.engines]]\nname = \"local\"\nurl = \"unix:///var/run/docker.sock\"\nmax_containers = 1\n\n{}",
-        dind.engine_toml("dind", 1)
-    );
-    std::fs::write(&cfg, text).unwrap();
+    std::fs::write(&cfg, two_engines_toml(dind, max_containers)).unwrap();
     cfg
+}
+
+fn two_engines_toml(dind: &Dind, max_containers: usize) -> String {
+    format!("{}\n{}", local_engine(max_containers), dind.engine_toml("dind", max_containers))
+}
+
+/// Rollouts per engine over a training run's steps.
+fn rollouts_per_engine(metrics: &[agent_train::metrics::StepMetrics]) -> std::collections::BTreeMap<String, u64> {
+    let mut per_engine = std::collections::BTreeMap::<String, u64>::new();
+    for m in metrics {
+        for (e, n) in &m.engines {
+            *per_engine.entry(e.clone()).or_default() += n;
+        }
+    }
+    per_engine
 }
 
 fn tasks() -> Vec<PathBuf> {
@@ -56,7 +72,7 @@ fn assert_hardened(dind: &Dind, name: &str) {
 fn oracle_trials_spread_over_two_engines_and_match_a_one_engine_run() {
     let dind = Dind::start("spread");
     let dir = tempfile::tempdir().unwrap();
-    let cfg = two_engines(dir.path(), &dind);
+    let cfg = two_engines(dir.path(), &dind, 1);
     let tasks = tasks();
     let task_refs: Vec<&Path> = tasks.iter().map(PathBuf::as_path).collect();
 
@@ -96,7 +112,7 @@ fn oracle_trials_spread_over_two_engines_and_match_a_one_engine_run() {
 fn a_killed_engine_loses_its_trials_to_the_other_and_is_swept_when_it_returns() {
     let dind = Dind::start("kill");
     let dir = tempfile::tempdir().unwrap();
-    let cfg = two_engines(dir.path(), &dind);
+    let cfg = two_engines(dir.path(), &dind, 1);
     let tasks = tasks();
     let task_refs: Vec<&Path> = tasks.iter().map(PathBuf::as_path).collect();
     let id = run_id("engines-kill");
@@ -148,12 +164,7 @@ fn training_rollouts_spread_over_two_engines_train_exactly_as_on_one() {
     let one = crate::train::uninterrupted_run();
     let dind = Dind::start("train-short");
     let dir = tempfile::tempdir().unwrap();
-    let cfg = dir.path().join("engines.toml");
-    let text = format!(
-        "[[sandbox.engines]]\nname = \"local\"\nurl = \"unix:///var/run/docker.sock\"\nmax_containers = 2\n\n{}",
-        dind.engine_toml("dind", 2)
-    );
-    std::fs::write(&cfg, text).unwrap();
+    let cfg = two_engines(dir.path(), &dind, 2);
     let out = dir.path().join("run");
     let o = Command::new(support::agent_bin())
         .arg("--config")
@@ -165,12 +176,7 @@ fn training_rollouts_spread_over_two_engines_train_exactly_as_on_one() {
     assert!(o.status.success(), "agent train failed: {}", String::from_utf8_lossy(&o.stderr));
     let read = |dir: &Path| agent_train::metrics::MetricsLog::read(&dir.join("metrics.jsonl")).unwrap();
     let (two, alone) = (read(&out), read(one));
-    let mut per_engine = std::collections::BTreeMap::<String, u64>::new();
-    for m in &two {
-        for (e, n) in &m.engines {
-            *per_engine.entry(e.clone()).or_default() += n;
-        }
-    }
+    let per_engine = rollouts_per_engine(&two);
     assert!(
         per_engine.get("dind").is_some_and(|n| *n > 0) && per_engine.get("local").is_some_and(|n| *n > 0),
         "{per_engine:?}"
@@ -192,12 +198,7 @@ fn training_rollouts_spread_over_two_engines_train_exactly_as_on_one() {
 fn cpu_tiny_training_spreads_its_rollouts_over_two_engines_and_learns() {
     let dind = Dind::start("train");
     let dir = tempfile::tempdir().unwrap();
-    let cfg = dir.path().join("engines.toml");
-    let text = format!(
-        "[[sandbox.engines]]\nname = \"local\"\nurl = \"unix:///var/run/docker.sock\"\nmax_containers = 4\n\n{}",
-        dind.engine_toml("dind", 4)
-    );
-    std::fs::write(&cfg, text).unwrap();
+    let cfg = two_engines(dir.path(), &dind, 4);
     let out = dir.path().join("run");
     let o = support::installed(dir.path())
         .arg("--config")
@@ -213,12 +214,7 @@ fn cpu_tiny_training_spreads_its_rollouts_over_two_engines_and_learns() {
     assert!((0.2..=0.7).contains(&before), "warm start {before}");
     assert!(after >= before + 0.25, "success rate {before} → {after}: less than 25 points of improvement");
     let metrics = agent_train::metrics::MetricsLog::read(&out.join("metrics.jsonl")).unwrap();
-    let mut per_engine = std::collections::BTreeMap::<String, u64>::new();
-    for m in &metrics {
-        for (e, n) in &m.engines {
-            *per_engine.entry(e.clone()).or_default() += n;
-        }
-    }
+    let per_engine = rollouts_per_engine(&metrics);
     assert!(
         per_engine.get("local").is_some_and(|n| *n > 0) && per_engine.get("dind").is_some_and(|n| *n > 0),
         "{per_engine:?}"
@@ -235,21 +231,11 @@ fn throughput_with_one_and_two_engines() {
     let attempts = std::env::var("ATTEMPTS").unwrap_or_else(|_| "3".into());
     let dind = Dind::start("throughput");
     let dir = tempfile::tempdir().unwrap();
-    let local = |max: usize| {
-        format!(
-            "[[sandbox.engines]]\nname = \"local\"\nurl = \"unix:///var/run/docker.sock\"\nmax_containers = {max}\n"
-        )
-    };
     let configs = [
-        ("warm-up", format!("{}\n{}", local(2), dind.engine_toml("dind", 2)), "4", "1"),
-        ("local, 2 at once", local(2), "2", attempts.as_str()),
-        ("local, 4 at once", local(4), "4", attempts.as_str()),
-        (
-            "local + second engine, 2 + 2",
-            format!("{}\n{}", local(2), dind.engine_toml("dind", 2)),
-            "4",
-            attempts.as_str(),
-        ),
+        ("warm-up", two_engines_toml(&dind, 2), "4", "1"),
+        ("local, 2 at once", local_engine(2), "2", attempts.as_str()),
+        ("local, 4 at once", local_engine(4), "4", attempts.as_str()),
+        ("local + second engine, 2 + 2", two_engines_toml(&dind, 2), "4", attempts.as_str()),
     ];
     let tasks = tasks();
     let task_refs: Vec<&Path> = tasks.iter().map(PathBuf::as_path).collect();

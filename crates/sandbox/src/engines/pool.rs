@@ -46,6 +46,13 @@ struct Member {
     state: Mutex<State>,
 }
 
+impl Member {
+    /// Whether the engine runs on this host (a Unix socket, not an ssh forward).
+    fn on_this_host(&self) -> bool {
+        matches!(self.spec.transport(), Ok(super::spec::Transport::Unix(_)))
+    }
+}
+
 #[derive(Default)]
 struct State {
     engine: Option<Engine>,
@@ -235,8 +242,7 @@ impl EnginePool {
     /// [`Self::place`] on an engine of this host (a Unix socket): a sandbox with bind
     /// mounts of this host's folders (the TUI's workspace) cannot run anywhere else.
     pub async fn place_local(&self, containers: usize) -> Result<Placement, SandboxError> {
-        let local = |m: &Member| m.spec.transport().is_ok_and(|t| matches!(t, super::spec::Transport::Unix(_)));
-        if !self.inner.members.iter().any(local) {
+        if !self.inner.members.iter().any(Member::on_this_host) {
             return Err(SandboxError::NoEngine(
                 "this session mounts a folder of this host, and no engine of [[sandbox.engines]] runs on this host \
                  (add one with url = \"unix:///var/run/docker.sock\")"
@@ -259,8 +265,7 @@ impl EnginePool {
             let mut any_up = false;
             for (i, m) in self.inner.members.iter().enumerate() {
                 let Ok(s) = m.state.lock() else { continue };
-                let remote = || !m.spec.transport().is_ok_and(|t| matches!(t, super::spec::Transport::Unix(_)));
-                if s.down.is_some() || s.engine.is_none() || (local_only && remote()) {
+                if s.down.is_some() || s.engine.is_none() || (local_only && !m.on_this_host()) {
                     continue;
                 }
                 any_up = true;
