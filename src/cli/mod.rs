@@ -129,6 +129,7 @@ impl LocalArgs {
             prompt_cache_dir,
             lora: self.lora.clone(),
             sampling: agent_llm::SamplingDefaults::default(),
+            serve_parallel: None,
         }
     }
 }

@@ -1,40 +1,96 @@
-//! `agent serve`: an OpenAI-compatible HTTP API (`/v1/chat/completions`, streaming and
-//! not, and `/v1/models`) over any [`ModelBackend`], so other tools and hosts can use a
-//! local model.
+//! `agent serve`: an OpenAI-compatible HTTP API over any [`ModelBackend`]:
+//! `/v1/chat/completions` (native tool calls as `tool_calls`, `tool_choice`, `logprobs`),
+//! `/v1/completions` (raw text or token ids), `/v1/models`; streaming and not.
 
+mod chat;
+mod completions;
+mod generate;
+mod logprobs;
+mod tool_calls;
 mod wire;
 
 use std::convert::Infallible;
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use axum::body::Bytes;
 use axum::extract::State;
 use axum::http::StatusCode;
-use axum::response::sse::{Event as SseEvent, Sse};
+use axum::response::sse::Event as SseEvent;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use futures_util::stream::{self, Stream};
-use serde_json::json;
-use tokio::sync::mpsc;
+use serde_json::{json, Value};
+use tokio::sync::{mpsc, Semaphore};
 use tokio_util::sync::CancellationToken;
 
-use agent_llm::{ChatResponse, LlmError, ModelBackend};
-use wire::{finish_name, CompletionRequest, WireUsage};
+use agent_llm::{LlmError, ModelBackend};
+
+/// What the server serves and how it is reached.
+#[derive(Debug, Clone, Default)]
+pub struct ServeOptions {
+    /// The id `/v1/models` lists and responses name.
+    pub model_id: String,
+    /// Other names a request may give for the same model (the spec it was started with).
+    pub aliases: Vec<String>,
+    /// The base model's name, when an adapter is applied over it.
+    pub base: Option<String>,
+    /// The LoRA adapter applied to every request.
+    pub adapter: Option<PathBuf>,
+    /// With a key, every route but `/health` wants `Authorization: Bearer KEY`.
+    pub api_key: Option<String>,
+}
 
 #[derive(Clone)]
 struct AppState {
     backend: Arc<dyn ModelBackend>,
     model_id: String,
+    /// Every name a request may use for the model.
+    names: Arc<Vec<String>>,
+    base: Option<String>,
+    adapter: Option<PathBuf>,
+    /// One request at a time, for engines whose batched outputs depend on the batch.
+    gate: Option<Arc<Semaphore>>,
 }
 
-/// The API's routes over `backend`, advertised as `model_id`; with `api_key`, every
-/// route but `/health` wants `Authorization: Bearer KEY`.
-pub fn router(backend: Arc<dyn ModelBackend>, model_id: impl Into<String>, api_key: Option<String>) -> Router {
-    let state = AppState { backend, model_id: model_id.into() };
-    let api = Router::new().route("/v1/models", get(models)).route("/v1/chat/completions", post(chat));
-    let api = match api_key {
+impl AppState {
+    /// OpenAI's 404 for a model this server does not serve; `None` lets it through (an
+    /// absent or empty name means the served model).
+    fn refuse_model(&self, asked: Option<&str>) -> Option<Response> {
+        let asked = asked.filter(|m| !m.is_empty())?;
+        if self.names.iter().any(|n| n == asked) {
+            return None;
+        }
+        let body = json!({"error": {
+            "message": format!("The model `{asked}` does not exist or you do not have access to it. This server serves `{}`.", self.model_id),
+            "type": "invalid_request_error",
+            "param": "model",
+            "code": "model_not_found",
+        }});
+        Some((StatusCode::NOT_FOUND, Json(body)).into_response())
+    }
+}
+
+/// The API's routes over `backend`.
+pub fn router(backend: Arc<dyn ModelBackend>, options: ServeOptions) -> Router {
+    let mut names = vec![options.model_id.clone()];
+    names.extend(options.aliases.iter().filter(|a| !a.is_empty()).cloned());
+    let gate = (!backend.batch_invariant()).then(|| Arc::new(Semaphore::new(1)));
+    let state = AppState {
+        backend,
+        model_id: options.model_id.clone(),
+        names: Arc::new(names),
+        base: options.base.clone(),
+        adapter: options.adapter.clone(),
+        gate,
+    };
+    let api = Router::new()
+        .route("/v1/models", get(models))
+        .route("/v1/models/{id}", get(model))
+        .route("/v1/chat/completions", post(chat::chat))
+        .route("/v1/completions", post(completions::completions));
+    let api = match options.api_key.filter(|k| !k.is_empty()) {
         Some(key) => {
             let key = Arc::new(key);
             api.layer(axum::middleware::from_fn(move |req: axum::extract::Request, next: axum::middleware::Next| {
@@ -71,11 +127,10 @@ async fn authorize(key: &str, req: axum::extract::Request, next: axum::middlewar
 pub async fn serve(
     listener: tokio::net::TcpListener,
     backend: Arc<dyn ModelBackend>,
-    model_id: impl Into<String>,
-    api_key: Option<String>,
+    options: ServeOptions,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    axum::serve(listener, router(backend, model_id, api_key)).with_graceful_shutdown(shutdown).await
+    axum::serve(listener, router(backend, options)).with_graceful_shutdown(shutdown).await
 }
 
 fn now() -> u64 {
@@ -83,71 +138,32 @@ fn now() -> u64 {
 }
 
 fn error(status: StatusCode, kind: &str, message: String) -> Response {
-    (status, Json(json!({"error": {"message": message, "type": kind}}))).into_response()
+    (status, Json(json!({"error": {"message": message, "type": kind, "param": null, "code": null}}))).into_response()
 }
 
-async fn models(State(s): State<AppState>) -> Json<serde_json::Value> {
-    Json(json!({
-        "object": "list",
-        "data": [{"id": s.model_id, "object": "model", "created": now(), "owned_by": "agent"}]
-    }))
+fn bad_request(message: String) -> Response {
+    error(StatusCode::BAD_REQUEST, "invalid_request_error", message)
 }
 
-async fn chat(State(s): State<AppState>, body: Bytes) -> Response {
-    let req: CompletionRequest = match serde_json::from_slice(&body) {
-        Ok(r) => r,
-        Err(e) => return error(StatusCode::BAD_REQUEST, "invalid_request_error", format!("invalid request body: {e}")),
-    };
-    let chat = match req.to_chat() {
-        Ok(c) => c,
-        Err(e) => return error(StatusCode::BAD_REQUEST, "invalid_request_error", e),
-    };
-    let id = format!("chatcmpl-{}", uuid::Uuid::new_v4().simple());
-    // Responses name the model that answered, streaming or not (as OpenAI's API does).
-    let model = s.model_id.clone();
-    let cancel = CancellationToken::new();
-    if !req.stream {
-        // Dropped with the request when the client goes away: generation stops.
-        let _guard = cancel.clone().drop_guard();
-        let mut ignore = |_: &str| {};
-        return match s.backend.chat(&chat, &mut ignore, &cancel).await {
-            Ok(r) => Json(completion_json(&id, &model, &r)).into_response(),
-            Err(e) => backend_error(e),
-        };
+fn model_entry(s: &AppState) -> Value {
+    let mut entry = json!({"id": s.model_id, "object": "model", "created": now(), "owned_by": "agent"});
+    if let Some(adapter) = &s.adapter {
+        entry["parent"] = json!(s.base);
+        entry["root"] = json!(s.base);
+        entry["adapter"] = json!(adapter.display().to_string());
     }
-    let (tx, rx) = mpsc::unbounded_channel::<Result<SseEvent, Infallible>>();
-    let backend = s.backend.clone();
-    let task_cancel = cancel.clone();
-    let (cid, cmodel) = (id.clone(), model.clone());
-    tokio::spawn(async move {
-        let created = now();
-        let first = chunk_json(&cid, &cmodel, created, json!({"role": "assistant", "content": ""}), None, None);
-        let _ = tx.send(Ok(SseEvent::default().data(first.to_string())));
-        let delta_tx = tx.clone();
-        let (did, dmodel) = (cid.clone(), cmodel.clone());
-        let mut on_delta = move |piece: &str| {
-            let c = chunk_json(&did, &dmodel, created, json!({"content": piece}), None, None);
-            let _ = delta_tx.send(Ok(SseEvent::default().data(c.to_string())));
-        };
-        match backend.chat(&chat, &mut on_delta, &task_cancel).await {
-            Ok(r) => {
-                let usage = WireUsage::from(r.usage);
-                let last =
-                    chunk_json(&cid, &cmodel, created, json!({}), Some(finish_name(r.finish_reason)), Some(usage));
-                let _ = tx.send(Ok(SseEvent::default().data(last.to_string())));
-            }
-            Err(e) => {
-                let (kind, code) = match &e {
-                    LlmError::ContextOverflow { .. } => ("invalid_request_error", Some("context_length_exceeded")),
-                    _ => ("server_error", None),
-                };
-                let err = json!({"error": {"message": e.to_string(), "type": kind, "code": code}});
-                let _ = tx.send(Ok(SseEvent::default().data(err.to_string())));
-            }
-        }
-        let _ = tx.send(Ok(SseEvent::default().data("[DONE]")));
-    });
-    Sse::new(guarded(rx, cancel)).into_response()
+    entry
+}
+
+async fn models(State(s): State<AppState>) -> Json<Value> {
+    Json(json!({"object": "list", "data": [model_entry(&s)]}))
+}
+
+async fn model(State(s): State<AppState>, axum::extract::Path(id): axum::extract::Path<String>) -> Response {
+    match s.refuse_model(Some(&id)) {
+        Some(refused) => refused,
+        None => Json(model_entry(&s)).into_response(),
+    }
 }
 
 /// The event stream; dropping it (client disconnected) cancels generation.
@@ -160,51 +176,25 @@ fn guarded(
     })
 }
 
-fn backend_error(e: LlmError) -> Response {
-    if let LlmError::ContextOverflow { .. } = e {
+/// Whose fault an engine error is, in OpenAI's words.
+fn error_kind(e: &LlmError) -> (StatusCode, &'static str, Option<&'static str>) {
+    match e {
         // The client's request is too long for the model: theirs to fix, as OpenAI says.
-        let body = json!({"error": {"message": e.to_string(), "type": "invalid_request_error", "code": "context_length_exceeded"}});
-        return (StatusCode::BAD_REQUEST, Json(body)).into_response();
+        LlmError::ContextOverflow { .. } => {
+            (StatusCode::BAD_REQUEST, "invalid_request_error", Some("context_length_exceeded"))
+        }
+        LlmError::BadRequest(_) | LlmError::Unsupported(_) => (StatusCode::BAD_REQUEST, "invalid_request_error", None),
+        LlmError::Cancelled => (StatusCode::SERVICE_UNAVAILABLE, "server_error", None),
+        _ => (StatusCode::INTERNAL_SERVER_ERROR, "server_error", None),
     }
-    let status = match e {
-        LlmError::Cancelled => StatusCode::SERVICE_UNAVAILABLE,
-        _ => StatusCode::INTERNAL_SERVER_ERROR,
-    };
-    error(status, "server_error", e.to_string())
 }
 
-fn completion_json(id: &str, model: &str, r: &ChatResponse) -> serde_json::Value {
-    json!({
-        "id": id,
-        "object": "chat.completion",
-        "created": now(),
-        "model": model,
-        "choices": [{
-            "index": 0,
-            "message": {"role": "assistant", "content": r.text},
-            "finish_reason": finish_name(r.finish_reason),
-        }],
-        "usage": WireUsage::from(r.usage),
-    })
+fn error_event(e: &LlmError) -> Value {
+    let (_, kind, code) = error_kind(e);
+    json!({"error": {"message": e.to_string(), "type": kind, "param": null, "code": code}})
 }
 
-fn chunk_json(
-    id: &str,
-    model: &str,
-    created: u64,
-    delta: serde_json::Value,
-    finish: Option<&str>,
-    usage: Option<WireUsage>,
-) -> serde_json::Value {
-    let mut v = json!({
-        "id": id,
-        "object": "chat.completion.chunk",
-        "created": created,
-        "model": model,
-        "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
-    });
-    if let Some(u) = usage {
-        v["usage"] = json!(u);
-    }
-    v
+fn backend_error(e: LlmError) -> Response {
+    let (status, _, _) = error_kind(&e);
+    (status, Json(error_event(&e))).into_response()
 }

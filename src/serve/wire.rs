@@ -58,10 +58,37 @@ pub struct WireFunction {
     pub parameters: serde_json::Value,
 }
 
-/// `POST /v1/chat/completions` body. A `model` field is accepted and ignored: the server
-/// serves one model, and its responses name it.
+/// `tool_choice`: `"auto"`, `"none"`, `"required"`, or `{"type": "function",
+/// "function": {"name": NAME}}`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(untagged)]
+pub enum WireToolChoice {
+    Mode(String),
+    Named { function: NamedFunction },
+}
+
+/// The function a named `tool_choice` forces.
+#[derive(Debug, Clone, Deserialize)]
+pub struct NamedFunction {
+    pub name: String,
+}
+
+/// What the request lets the model do with its tools.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ToolChoice {
+    /// No tools offered, or `none`: plain text.
+    Off,
+    Auto,
+    Required,
+    Named(String),
+}
+
+/// `POST /v1/chat/completions` body.
 #[derive(Debug, Clone, Deserialize)]
 pub struct CompletionRequest {
+    /// Must name the served model when given (else 404, as OpenAI answers).
+    #[serde(default)]
+    pub model: Option<String>,
     pub messages: Vec<WireMessage>,
     #[serde(default)]
     pub stream: bool,
@@ -74,12 +101,26 @@ pub struct CompletionRequest {
     #[serde(default)]
     pub top_k: Option<u32>,
     #[serde(default)]
-    pub seed: Option<u64>,
+    pub seed: Option<i64>,
     #[serde(default)]
     pub stop: Option<Stop>,
     /// Tools for native tool calling, passed to the model's chat template.
     #[serde(default)]
     pub tools: Vec<WireTool>,
+    #[serde(default)]
+    pub tool_choice: Option<WireToolChoice>,
+    /// Report the sampled tokens' log-probabilities.
+    #[serde(default)]
+    pub logprobs: bool,
+    /// With `logprobs`, this many most likely alternatives at each token (0-20).
+    #[serde(default)]
+    pub top_logprobs: Option<u32>,
+    /// Choices per request; only 1 is served.
+    #[serde(default)]
+    pub n: Option<u32>,
+    /// vLLM's extension: tokens in `logprobs` written as `token_id:ID`.
+    #[serde(default)]
+    pub return_tokens_as_token_ids: bool,
 }
 
 fn text_of(content: &serde_json::Value) -> String {
@@ -93,7 +134,73 @@ fn text_of(content: &serde_json::Value) -> String {
     }
 }
 
+/// The `stop` field as a list.
+pub fn stop_list(stop: &Option<Stop>) -> Vec<String> {
+    match stop {
+        None => Vec::new(),
+        Some(Stop::One(s)) => vec![s.clone()],
+        Some(Stop::Many(v)) => v.clone(),
+    }
+}
+
+/// Only one choice per request is served.
+pub fn check_n(n: Option<u32>) -> Result<(), String> {
+    match n {
+        None | Some(1) => Ok(()),
+        Some(n) => {
+            Err(format!("n: {n} choices were asked for; this server returns one per request (send {n} requests)"))
+        }
+    }
+}
+
 impl CompletionRequest {
+    /// What the model may do with the tools; a named tool must be one of them.
+    pub fn tool_choice(&self) -> Result<ToolChoice, String> {
+        let choice = match &self.tool_choice {
+            None => ToolChoice::Auto,
+            Some(WireToolChoice::Mode(m)) => match m.as_str() {
+                "auto" => ToolChoice::Auto,
+                "none" => ToolChoice::Off,
+                "required" => ToolChoice::Required,
+                other => {
+                    return Err(format!(
+                        "tool_choice: unknown value `{other}` (auto, none, required, or a named function)"
+                    ))
+                }
+            },
+            Some(WireToolChoice::Named { function }) => {
+                if !self.tools.iter().any(|t| t.function.name == function.name) {
+                    return Err(format!(
+                        "tool_choice: the function `{}` is not among the request's tools",
+                        function.name
+                    ));
+                }
+                ToolChoice::Named(function.name.clone())
+            }
+        };
+        if self.tools.is_empty() {
+            return match choice {
+                ToolChoice::Required | ToolChoice::Named(_) => {
+                    Err("tool_choice: a tool call was required but the request offers no tools".into())
+                }
+                _ => Ok(ToolChoice::Off),
+            };
+        }
+        Ok(choice)
+    }
+
+    /// How many alternatives to report per token: `None` without `logprobs`.
+    pub fn logprobs(&self) -> Result<Option<u32>, String> {
+        match (self.logprobs, self.top_logprobs) {
+            (false, Some(n)) if n > 0 => Err("top_logprobs needs logprobs: true".into()),
+            (false, _) => Ok(None),
+            (true, Some(n)) if n > agent_llm::MAX_TOP_LOGPROBS => {
+                Err(format!("top_logprobs: {n} is more than {}", agent_llm::MAX_TOP_LOGPROBS))
+            }
+            (true, n) => Ok(Some(n.unwrap_or(0))),
+        }
+    }
+
     /// Converts to the backend's request; unknown roles are an error naming the message.
     pub fn to_chat(&self) -> Result<ChatRequest, String> {
         let mut messages = Vec::with_capacity(self.messages.len());
@@ -128,11 +235,7 @@ impl CompletionRequest {
         if messages.is_empty() {
             return Err("messages: at least one message is needed".into());
         }
-        let stop = match &self.stop {
-            None => Vec::new(),
-            Some(Stop::One(s)) => vec![s.clone()],
-            Some(Stop::Many(v)) => v.clone(),
-        };
+        let stop = stop_list(&self.stop);
         Ok(ChatRequest {
             messages,
             sampling: SamplingParams {
@@ -140,11 +243,12 @@ impl CompletionRequest {
                 temperature: self.temperature,
                 top_p: self.top_p,
                 top_k: self.top_k,
-                seed: self.seed,
+                // Any integer seeds; its bits are the seed.
+                seed: self.seed.map(|s| s as u64),
                 stop,
             },
-            tools: self
-                .tools
+            // `none` renders no tools: the model is not told it has any.
+            tools: if self.tool_choice()? == ToolChoice::Off { &[][..] } else { &self.tools[..] }
                 .iter()
                 .map(|t| ToolDefinition {
                     name: t.function.name.clone(),
@@ -171,6 +275,92 @@ impl From<agent_protocol::TokenUsage> for WireUsage {
             completion_tokens: u.completion_tokens,
             total_tokens: u.prompt_tokens + u.completion_tokens,
         }
+    }
+}
+
+/// `POST /v1/completions` body.
+#[derive(Debug, Clone, Deserialize)]
+pub struct TextCompletionRequest {
+    #[serde(default)]
+    pub model: Option<String>,
+    pub prompt: WirePrompt,
+    #[serde(default)]
+    pub stream: bool,
+    /// OpenAI's default for this endpoint is 16.
+    #[serde(default)]
+    pub max_tokens: Option<u32>,
+    #[serde(default)]
+    pub temperature: Option<f32>,
+    #[serde(default)]
+    pub top_p: Option<f32>,
+    #[serde(default)]
+    pub top_k: Option<u32>,
+    #[serde(default)]
+    pub seed: Option<i64>,
+    #[serde(default)]
+    pub stop: Option<Stop>,
+    /// Report this many alternatives with each token's log-probability (0-20).
+    #[serde(default)]
+    pub logprobs: Option<u32>,
+    #[serde(default)]
+    pub echo: bool,
+    #[serde(default)]
+    pub n: Option<u32>,
+    #[serde(default)]
+    pub return_tokens_as_token_ids: bool,
+}
+
+/// A completion's prompt: a string, token ids, or a list holding one of either.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(untagged)]
+pub enum WirePrompt {
+    Text(String),
+    Tokens(Vec<u32>),
+    Texts(Vec<String>),
+    TokenLists(Vec<Vec<u32>>),
+}
+
+impl TextCompletionRequest {
+    /// The generation this asks for.
+    pub fn to_generation(&self) -> Result<agent_llm::GenerationRequest, String> {
+        if self.echo {
+            return Err("echo: returning the prompt with the completion is not supported".into());
+        }
+        check_n(self.n)?;
+        let one = |n: usize| {
+            if n == 1 {
+                Ok(())
+            } else {
+                Err(format!("prompt: {n} prompts in one request; send one prompt per request"))
+            }
+        };
+        let prompt = match &self.prompt {
+            WirePrompt::Text(t) => agent_llm::GenerationPrompt::Text(t.clone()),
+            WirePrompt::Tokens(ids) => agent_llm::GenerationPrompt::Tokens(ids.clone()),
+            WirePrompt::Texts(v) => {
+                one(v.len())?;
+                agent_llm::GenerationPrompt::Text(v[0].clone())
+            }
+            WirePrompt::TokenLists(v) => {
+                one(v.len())?;
+                agent_llm::GenerationPrompt::Tokens(v[0].clone())
+            }
+        };
+        if let Some(n) = self.logprobs.filter(|n| *n > agent_llm::MAX_TOP_LOGPROBS) {
+            return Err(format!("logprobs: {n} is more than {}", agent_llm::MAX_TOP_LOGPROBS));
+        }
+        Ok(agent_llm::GenerationRequest {
+            prompt,
+            sampling: SamplingParams {
+                max_tokens: Some(self.max_tokens.unwrap_or(16)),
+                temperature: self.temperature,
+                top_p: self.top_p,
+                top_k: self.top_k,
+                seed: self.seed.map(|s| s as u64),
+                stop: stop_list(&self.stop),
+            },
+            logprobs: self.logprobs,
+        })
     }
 }
 

@@ -22,6 +22,7 @@ mod models;
 mod real_models;
 mod sandbox_lifecycle;
 mod serve;
+mod serve_openai;
 mod tasks_synth;
 mod train;
 mod train_dist;

@@ -80,7 +80,8 @@ fn an_api_key_guards_the_api_and_is_required_off_loopback() {
 }
 
 /// A prompt longer than the model's context is the client's to fix: a 400 naming both
-/// sizes, not a 500; and responses name the served model.
+/// sizes, not a 500; responses name the served model, and a request may name it by the
+/// spec the server was started with.
 #[test]
 fn an_oversized_prompt_is_a_400_and_responses_name_the_served_model() {
     let (mut server, url) = support::start_server_with("smollm2-135m", "small", &["--ctx", "256"]);
@@ -90,7 +91,7 @@ fn an_oversized_prompt_is_a_400_and_responses_name_the_served_model() {
         async move {
             let r = reqwest::Client::new()
                 .post(format!("{url}/chat/completions"))
-                .json(&serde_json::json!({"model": "whatever", "max_tokens": 4,
+                .json(&serde_json::json!({"model": "smollm2-135m", "max_tokens": 4,
                     "messages": [{"role": "user", "content": content}]}))
                 .send()
                 .await

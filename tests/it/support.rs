@@ -14,15 +14,48 @@ pub fn agent_bin() -> PathBuf {
 
 /// Starts `agent serve --model SPEC --model-id ID` on a free port; returns the child and
 /// its base URL.
-pub fn start_server(model_spec: &str, model_id: &str) -> (std::process::Child, String) {
+pub fn start_server(model_spec: &str, model_id: &str) -> (Server, String) {
     start_server_with(model_spec, model_id, &[])
 }
 
+/// A running `agent serve`, killed when dropped: a failed test must not leave it holding
+/// the test binary's output open.
+pub struct Server(std::process::Child);
+
+impl std::ops::Deref for Server {
+    type Target = std::process::Child;
+    fn deref(&self) -> &Self::Target {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for Server {
+    fn deref_mut(&mut self) -> &mut Self::Target {
+        &mut self.0
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        if let Ok(None) = self.0.try_wait() {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+}
+
 /// [`start_server`] with more `agent serve` arguments.
-pub fn start_server_with(model_spec: &str, model_id: &str, extra: &[&str]) -> (std::process::Child, String) {
+pub fn start_server_with(model_spec: &str, model_id: &str, extra: &[&str]) -> (Server, String) {
+    let mut args = vec!["--model-id", model_id, "--model", model_spec];
+    args.extend_from_slice(extra);
+    serve(&args)
+}
+
+/// Starts `agent serve --port 0 ARGS…`; returns the child and its base URL.
+pub fn serve(args: &[&str]) -> (Server, String) {
     let mut child = Command::new(agent_bin())
-        .args(["serve", "--port", "0", "--model-id", model_id, "--model", model_spec])
-        .args(extra)
+        .args(["serve", "--port", "0"])
+        .args(args)
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())
         .spawn()
@@ -30,7 +63,7 @@ pub fn start_server_with(model_spec: &str, model_id: &str, extra: &[&str]) -> (s
     let mut line = String::new();
     BufReader::new(child.stdout.as_mut().unwrap()).read_line(&mut line).unwrap();
     let url = line.split_whitespace().nth(2).expect("no address printed").to_string();
-    (child, url)
+    (Server(child), url)
 }
 
 /// The binary as `cargo install` leaves it: copied into `dir/bin`, run in `dir/work`

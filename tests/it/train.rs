@@ -253,3 +253,51 @@ fn bad_presets_are_refused_with_the_field_named() {
     assert_eq!(o.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&o.stderr).contains("grpo.group_size"), "{}", String::from_utf8_lossy(&o.stderr));
 }
+
+/// `agent serve --lora` serves the trained adapter under a name that says so (mistral.rs:
+/// requests one at a time), and refuses other model names as OpenAI does.
+#[tokio::test(flavor = "multi_thread")]
+async fn agent_serve_names_and_serves_the_trained_adapter() {
+    support::docker().await;
+    let run = uninterrupted_run();
+    let base = run.join("sft-model");
+    let adapter = run.join("adapter");
+    let (server, url) = support::serve(&[
+        "--engine",
+        "mistral.rs",
+        "--model",
+        base.to_str().unwrap(),
+        "--lora",
+        adapter.to_str().unwrap(),
+    ]);
+    let c = reqwest::Client::new();
+    let models: serde_json::Value = c.get(format!("{url}/models")).send().await.unwrap().json().await.unwrap();
+    let entry = &models["data"][0];
+    assert_eq!(entry["id"], "sft-model+adapter", "{models}");
+    assert_eq!(entry["parent"], "sft-model", "{models}");
+    assert_eq!(entry["adapter"], adapter.display().to_string(), "{models}");
+    let chat = |model: &str| {
+        let body = serde_json::json!({"model": model, "max_tokens": 6, "temperature": 0,
+            "messages": [{"role": "user", "content": "Create /app/note.txt containing the word apple."}]});
+        c.post(format!("{url}/chat/completions")).json(&body).send()
+    };
+    // Two at once: mistral.rs takes them one after the other, each whole.
+    let (a, b) = tokio::join!(chat("sft-model+adapter"), chat("sft-model+adapter"));
+    let (a, b) = (a.unwrap(), b.unwrap());
+    assert_eq!((a.status().as_u16(), b.status().as_u16()), (200, 200));
+    let a: serde_json::Value = a.json().await.unwrap();
+    let b: serde_json::Value = b.json().await.unwrap();
+    assert_eq!(a["choices"][0]["message"], b["choices"][0]["message"], "greedy, alone each: the same reply");
+    assert_eq!(a["model"], "sft-model+adapter");
+    let refused = chat("sft-model-base").await.unwrap();
+    assert_eq!(refused.status().as_u16(), 404);
+    let body: serde_json::Value = refused.json().await.unwrap();
+    assert_eq!(body["error"]["code"], "model_not_found", "{body}");
+    // mistral.rs samples inside its engine: no log-probabilities, said so.
+    let body = serde_json::json!({"max_tokens": 2, "logprobs": true, "messages": [{"role": "user", "content": "hi"}]});
+    let r = c.post(format!("{url}/chat/completions")).json(&body).send().await.unwrap();
+    assert_eq!(r.status().as_u16(), 400);
+    let text = r.text().await.unwrap();
+    assert!(text.contains("log-probabilities"), "{text}");
+    drop(server);
+}

@@ -10,6 +10,7 @@
 mod anthropic;
 mod chat_template;
 pub mod date;
+mod generation;
 mod local_options;
 pub mod models;
 mod openai;
@@ -25,6 +26,9 @@ pub use agent_protocol::chat::{
 };
 pub use anthropic::{AnthropicBackend, AnthropicConfig};
 pub use chat_template::{ChatTemplate, QWEN3_TEMPLATE};
+pub use generation::{
+    Generation, GenerationPiece, GenerationPrompt, GenerationRequest, SampledToken, TokenCandidate, MAX_TOP_LOGPROBS,
+};
 pub use local_options::{LocalEngine, LocalModelOptions};
 pub use openai::{OpenAiBackend, OpenAiConfig};
 pub use resolve::{resolve_model, LocalLoader, ResolveOptions};
@@ -70,6 +74,12 @@ pub enum LlmError {
     Cancelled,
     #[error("the prompt has {prompt_tokens} tokens but the model's context holds {context} (shorten the conversation or load the model with a larger context)")]
     ContextOverflow { prompt_tokens: u64, context: u64 },
+    /// A request the model cannot take as written (the caller's to fix).
+    #[error("{0}")]
+    BadRequest(String),
+    /// Something this backend cannot do at all.
+    #[error("{0}")]
+    Unsupported(String),
     #[error("{0}")]
     Other(String),
 }
@@ -130,6 +140,34 @@ pub trait ModelBackend: Send + Sync {
     /// model's own format); `--tool-format auto` picks the native format when it does.
     fn native_tools(&self) -> bool {
         false
+    }
+
+    /// Whether [`Self::generate`] works: the backend samples tokens itself and can report
+    /// their ids and log-probabilities (llama.cpp); APIs and mistral.rs cannot.
+    fn generates_tokens(&self) -> bool {
+        false
+    }
+
+    /// Token-level generation (see [`GenerationRequest`]); `on_piece` receives the
+    /// streamed text and the tokens sampled for it. Only where [`Self::generates_tokens`].
+    async fn generate(
+        &self,
+        request: &GenerationRequest,
+        on_piece: &mut (dyn for<'p> FnMut(GenerationPiece<'p>) + Send),
+        cancel: &CancellationToken,
+    ) -> Result<Generation, LlmError> {
+        let _ = (request, on_piece, cancel);
+        Err(LlmError::Unsupported(format!(
+            "{} does not sample tokens itself, so it cannot report log-probabilities or continue raw text",
+            self.name()
+        )))
+    }
+
+    /// Whether requests may run at once with each one's output what it would be alone.
+    /// mistral.rs batches concurrent requests with logits that depend on their neighbours,
+    /// so a server runs its requests one at a time.
+    fn batch_invariant(&self) -> bool {
+        true
     }
 }
 

@@ -51,4 +51,8 @@ pub struct LocalModelOptions {
     pub lora: Option<PathBuf>,
     /// Sampling where a request sets none (llama.cpp; built-in models bring their own).
     pub sampling: super::SamplingDefaults,
+    /// Load a GGUF model on llama.cpp for serving this many requests at once (`agent
+    /// serve`): token-level generation with log-probabilities, one KV sequence per request,
+    /// `context_tokens` per request. `None` loads the single-conversation chat engine.
+    pub serve_parallel: Option<u32>,
 }

@@ -13,8 +13,9 @@ mod rng;
 pub mod tiny_qwen3;
 
 pub use llamacpp::{
-    reference_logits as llamacpp_reference_logits, LlamaCppBackend, LlamaCppOptions, LlamaRollouts,
-    RolloutEngineOptions, TokenChooser, TokenReply, TokenRequest, LORA_GGUF_FILE,
+    reference_logits as llamacpp_reference_logits, reference_logits_of_ids as llamacpp_reference_logits_of_ids,
+    LlamaCppBackend, LlamaCppOptions, LlamaRollouts, LlamaServer, LlamaServerOptions, PromptText, RolloutEngineOptions,
+    TokenChooser, TokenReply, TokenRequest, Vocabulary, LORA_GGUF_FILE,
 };
 pub use loader::{default_target, resolve_options, Engines};
 pub use mistralrs::{MistralRsBackend, TokenCompletion};

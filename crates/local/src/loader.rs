@@ -11,7 +11,7 @@ use agent_llm::{
     LlmError, LocalEngine, LocalLoader, LocalModelOptions, ModelBackend, ModelSpec, ResolveOptions, SamplingDefaults,
 };
 
-use crate::{LlamaCppBackend, LlamaCppOptions, MistralRsBackend};
+use crate::{LlamaCppBackend, LlamaCppOptions, LlamaServer, LlamaServerOptions, MistralRsBackend};
 
 /// The default model when a GPU is present.
 const GPU_DEFAULT: &str = "Qwen/Qwen3-32B";
@@ -95,6 +95,16 @@ async fn load_local(path: &Path, opts: &LocalModelOptions) -> Result<Arc<dyn Mod
         return Ok(Arc::new(MistralRsBackend::load(path, opts).await?));
     }
     let lora = opts.lora.as_deref().map(gguf_adapter).transpose()?;
+    if let Some(parallel) = opts.serve_parallel {
+        let server_opts = LlamaServerOptions {
+            parallel,
+            context_per_request: opts.context_tokens.unwrap_or(0),
+            threads: opts.threads.unwrap_or(0),
+            lora,
+            sampling: opts.sampling,
+        };
+        return Ok(Arc::new(LlamaServer::start(path, &server_opts).await?));
+    }
     let llama_opts = LlamaCppOptions {
         n_ctx: opts.context_tokens.unwrap_or(0),
         threads: opts.threads.unwrap_or(0),

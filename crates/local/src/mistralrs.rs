@@ -435,6 +435,12 @@ impl ModelBackend for MistralRsBackend {
         })
     }
 
+    /// mistral.rs batches concurrent requests, and a sequence's logits then depend on its
+    /// neighbours (padding, kernel shapes): servers run its requests one at a time.
+    fn batch_invariant(&self) -> bool {
+        false
+    }
+
     fn native_tools(&self) -> bool {
         self.native_tools
     }

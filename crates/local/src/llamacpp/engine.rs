@@ -12,18 +12,19 @@ use llama_cpp_2::context::LlamaContext;
 use llama_cpp_2::llama_backend::LlamaBackend;
 use llama_cpp_2::llama_batch::LlamaBatch;
 use llama_cpp_2::model::params::LlamaModelParams;
-use llama_cpp_2::model::{LlamaChatMessage, LlamaChatTemplate, LlamaModel};
+use llama_cpp_2::model::LlamaModel;
 use llama_cpp_2::sampling::LlamaSampler;
 use llama_cpp_2::token::LlamaToken;
 use llama_cpp_2::{send_logs_to_tracing, LogOptions};
 use tokio_util::sync::CancellationToken;
 
 use super::adapter::Swap;
+use super::prompt::{tokenize_prompt, Prompter};
 use super::text_stream::TextStream;
 use super::{llama_error, load_error, ChatJob, Job, LlamaCppOptions, Loaded, WorkerEvent};
 use agent_llm::{
-    CallStats, ChatMessage, ChatResponse, ChatTemplate, FinishReason, LlmError, PromptProgress, Role, SamplingDefaults,
-    SamplingParams, ToolDefinition,
+    CallStats, ChatMessage, ChatResponse, FinishReason, LlmError, PromptProgress, SamplingDefaults, SamplingParams,
+    ToolDefinition,
 };
 use agent_protocol::TokenUsage;
 
@@ -119,21 +120,19 @@ pub(super) fn worker(
             return;
         }
     }
-    let template = match chat_template(&model) {
-        Ok(t) => t,
+    let prompter = match Prompter::new(&model) {
+        Ok(p) => p,
         Err(e) => {
             let _ = ready.send(Err(e));
             return;
         }
     };
-    let jinja = jinja_template(&model);
-    let native_tools = jinja.as_ref().is_some_and(ChatTemplate::supports_tools);
+    let native_tools = prompter.native_tools();
     let mut engine = Engine {
         model: &model,
         ctx,
         _lora: lora,
-        template,
-        jinja,
+        prompter,
         sampling: opts.sampling,
         cached: Vec::new(),
         last_logits_index: 0,
@@ -164,38 +163,6 @@ pub(super) fn worker(
     }
 }
 
-/// The GGUF's Jinja chat template, compiled for rendering with tools; `None` when the
-/// file has none or it does not compile (the built-in renderer still serves plain chats).
-fn jinja_template(model: &LlamaModel) -> Option<ChatTemplate> {
-    let source = model.chat_template(None).ok()?.to_string().ok()?;
-    let vocab = model.vocab();
-    let piece = |token| String::from_utf8_lossy(&vocab.token_to_piece(token, true, None)).to_string();
-    match ChatTemplate::new(&source, &piece(vocab.bos()), &piece(vocab.eos())) {
-        Ok(t) => Some(t),
-        Err(e) => {
-            tracing::debug!("the GGUF chat template cannot be used for tools: {e}");
-            None
-        }
-    }
-}
-
-/// The model's own chat template, or ChatML when the file has none (most small chat
-/// models, SmolLM2 included, use ChatML).
-fn chat_template(model: &LlamaModel) -> Result<LlamaChatTemplate, LlmError> {
-    match model.chat_template(None) {
-        Ok(t) => Ok(t),
-        Err(e) => {
-            tracing::warn!("the GGUF file has no usable chat template ({e}); using ChatML");
-            chatml()
-        }
-    }
-}
-
-/// llama.cpp's built-in ChatML template, selected by name.
-fn chatml() -> Result<LlamaChatTemplate, LlmError> {
-    LlamaChatTemplate::new("chatml").map_err(|e| llama_error("name the ChatML template", e))
-}
-
 /// The model, its context and what the KV cache holds. Lives on the worker thread.
 struct Engine<'m> {
     model: &'m LlamaModel,
@@ -203,9 +170,8 @@ struct Engine<'m> {
     ctx: LlamaContext<'m>,
     /// The LoRA adapter applied to every call, if any.
     _lora: Swap<'m>,
-    template: LlamaChatTemplate,
-    /// The same template compiled as Jinja, for conversations with tools.
-    jinja: Option<ChatTemplate>,
+    /// The chat templates.
+    prompter: Prompter,
     /// Sampling where a request sets none.
     sampling: SamplingDefaults,
     /// The tokens whose keys and values sit in the KV cache at positions `0..len`.
@@ -366,52 +332,13 @@ impl Engine<'_> {
         Ok((response, stats))
     }
 
-    /// Renders the messages with the chat template, ending with the assistant's opening.
-    /// Conversations with tools go through the model's Jinja template, which knows the
-    /// model's own tool format; plain ones through llama.cpp's built-in renderer.
+    /// The prompt text of a conversation (chat template, tools, generation opening).
     fn render(&self, messages: &[ChatMessage], tools: &[ToolDefinition]) -> Result<String, LlmError> {
-        let with_tools = !tools.is_empty() || messages.iter().any(|m| m.role == Role::Tool || !m.tool_calls.is_empty());
-        if with_tools {
-            return match &self.jinja {
-                Some(jinja) => jinja.render(messages, tools, true),
-                None => Err(LlmError::Other(
-                    "this model's GGUF file has no chat template that renders tools; use --tool-format text".into(),
-                )),
-            };
-        }
-        let chat = messages
-            .iter()
-            .map(|m| {
-                LlamaChatMessage::new(m.role.as_str().into(), m.content.clone())
-                    .map_err(|e| LlmError::Other(format!("a message cannot be sent to llama.cpp: {e}")))
-            })
-            .collect::<Result<Vec<_>, _>>()?;
-        match self.model.apply_chat_template(&self.template, &chat, true) {
-            Ok(text) => Ok(text),
-            Err(e) => {
-                // llama.cpp only knows a fixed set of templates by their markers; for any
-                // other, ChatML is a better guess than refusing to run.
-                tracing::warn!("llama.cpp cannot apply this model's chat template ({e}); using ChatML");
-                self.model.apply_chat_template(&chatml()?, &chat, true).map_err(|e| llama_error("render the chat", e))
-            }
-        }
+        self.prompter.render(self.model, messages, tools)
     }
 
-    /// Tokenizes a rendered prompt. Special tokens in the template (`<|im_start|>`) are
-    /// parsed as such; a BOS token is added when the model wants one and the template did
-    /// not already write it.
     fn tokenize_prompt(&self, prompt: &str) -> Vec<LlamaToken> {
-        // A copy of the `&'m` model reference, so the vocabulary does not borrow `self`.
-        let model = self.model;
-        let vocab = model.vocab();
-        let mut add_bos = vocab.should_add_bos();
-        if add_bos {
-            let bos = vocab.token_to_piece(vocab.bos(), true, None);
-            if !bos.is_empty() && prompt.as_bytes().starts_with(&bos) {
-                add_bos = false;
-            }
-        }
-        vocab.tokenize(prompt.as_bytes(), add_bos, true)
+        tokenize_prompt(self.model, prompt)
     }
 
     /// Drops the cached tokens that `prompt` does not start with and returns how many

@@ -26,15 +26,21 @@ use agent_llm::{
 };
 
 mod adapter;
+mod choice;
 mod engine;
 mod gguf_check;
 mod logits;
+mod prompt;
 mod rollouts;
+mod server;
 mod text_stream;
 
 pub use adapter::LORA_GGUF_FILE;
-pub use logits::reference_logits;
-pub use rollouts::{LlamaRollouts, RolloutEngineOptions, TokenChooser, TokenReply, TokenRequest};
+pub use logits::{reference_logits, reference_logits_of_ids};
+pub use rollouts::{
+    LlamaRollouts, PromptText, RolloutEngineOptions, TokenChooser, TokenReply, TokenRequest, Vocabulary,
+};
+pub use server::{LlamaServer, LlamaServerOptions};
 
 /// How a llama.cpp model is loaded; the default takes the model's own context (at most
 /// 32,768), every core, llama.cpp's flash-attention choice and no prompt cache.

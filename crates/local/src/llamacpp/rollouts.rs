@@ -29,8 +29,9 @@ use tokio::sync::oneshot;
 
 use super::adapter::Swap;
 use super::engine::llama_backend;
+use super::prompt::{tokenize_prompt, Prompter};
 use super::{llama_error, load_error};
-use agent_llm::LlmError;
+use agent_llm::{ChatMessage, LlmError, ToolDefinition};
 
 /// Picks the next token from one position's logits.
 pub trait TokenChooser: Send {
@@ -68,7 +69,8 @@ pub struct TokenReply {
 pub struct RolloutEngineOptions {
     /// Rollouts decoded together (KV sequences).
     pub sequences: u32,
-    /// The most tokens (prompt and reply) one rollout may hold.
+    /// The most tokens (prompt and reply) one rollout may hold; 0 takes the model's
+    /// training context, at most 16,384.
     pub context_per_sequence: u32,
     /// CPU threads; 0 uses every core.
     pub threads: u32,
@@ -83,12 +85,44 @@ enum Job {
         path: Option<PathBuf>,
         reply: oneshot::Sender<Result<(), LlmError>>,
     },
+    /// The prompt tokens of a chat (rendered by the model's template) or a raw text.
+    Prepare {
+        prompt: PromptText,
+        reply: oneshot::Sender<Result<Vec<u32>, LlmError>>,
+    },
+    /// The vocabulary's pieces, for turning sampled ids into text away from the worker.
+    Vocab {
+        reply: oneshot::Sender<Result<Arc<Vocabulary>, LlmError>>,
+    },
+}
+
+/// What [`LlamaRollouts::prepare`] turns into tokens.
+pub enum PromptText {
+    /// Messages and tools, rendered by the model's chat template (ending with the
+    /// assistant's opening), then `prefill` written after it.
+    Chat { messages: Vec<ChatMessage>, tools: Vec<ToolDefinition>, prefill: String },
+    /// A raw text (special tokens parsed; BOS added when the model wants one).
+    Text(String),
+}
+
+/// Every token's bytes and which tokens end generation.
+#[derive(Debug, Clone)]
+pub struct Vocabulary {
+    /// As text is written: control tokens are empty.
+    pub text: Vec<Vec<u8>>,
+    /// As the vocabulary spells them, control tokens included (`<|im_end|>`).
+    pub display: Vec<Vec<u8>>,
+    /// End-of-generation ids (EOS, EOT, `<|im_end|>` ...).
+    pub end_of_generation: Vec<u32>,
+    /// The model's chat template renders tools.
+    pub native_tools: bool,
 }
 
 /// A llama.cpp model serving rollouts (see the module docs).
 pub struct LlamaRollouts {
     jobs: std_mpsc::Sender<Job>,
     context_per_sequence: u32,
+    sequences: u32,
 }
 
 impl LlamaRollouts {
@@ -110,8 +144,28 @@ impl LlamaRollouts {
             .name("llama.cpp rollouts".into())
             .spawn(move || worker(&worker_path, &worker_opts, ready_tx, job_rx))
             .map_err(|e| LlmError::Other(format!("cannot start the llama.cpp rollout thread: {e}")))?;
-        ready_rx.recv().map_err(|_| load_error(path, "the llama.cpp rollout thread stopped while loading"))??;
-        Ok(LlamaRollouts { jobs, context_per_sequence: opts.context_per_sequence })
+        let context_per_sequence =
+            ready_rx.recv().map_err(|_| load_error(path, "the llama.cpp rollout thread stopped while loading"))??;
+        Ok(LlamaRollouts { jobs, context_per_sequence, sequences: opts.sequences })
+    }
+
+    /// Requests decoded together.
+    pub fn sequences(&self) -> u32 {
+        self.sequences
+    }
+
+    /// The prompt tokens of `prompt`, as this model renders and tokenizes it.
+    pub async fn prepare(&self, prompt: PromptText) -> Result<Vec<u32>, LlmError> {
+        let (reply, answer) = oneshot::channel();
+        self.jobs.send(Job::Prepare { prompt, reply }).map_err(|_| gone())?;
+        answer.await.map_err(|_| gone())?
+    }
+
+    /// The model's vocabulary (see [`Vocabulary`]).
+    pub async fn vocabulary(&self) -> Result<Arc<Vocabulary>, LlmError> {
+        let (reply, answer) = oneshot::channel();
+        self.jobs.send(Job::Vocab { reply }).map_err(|_| gone())?;
+        answer.await.map_err(|_| gone())?
     }
 
     /// The most tokens one rollout may hold.
@@ -177,22 +231,31 @@ struct Worker<'m> {
     clock: u64,
     /// Index, in the last prompt batch, of the entry whose logits were kept.
     last_index: i32,
+    /// The chat templates, read on the first chat prompt (training renders its own).
+    prompter: Option<Prompter>,
 }
 
 /// Tokens per `llama_decode` while prompts are computed.
 const PROMPT_CHUNK: usize = 512;
 
+/// The most tokens a sequence holds when the caller leaves it to the model.
+const DEFAULT_CONTEXT_PER_SEQUENCE: u32 = 16_384;
+
 fn worker(
     path: &Path,
     opts: &RolloutEngineOptions,
-    ready: std_mpsc::Sender<Result<(), LlmError>>,
+    ready: std_mpsc::Sender<Result<u32, LlmError>>,
     jobs: std_mpsc::Receiver<Job>,
 ) {
-    let setup = || -> Result<(LlamaModel, LlamaContextParams), LlmError> {
+    let setup = || -> Result<(LlamaModel, LlamaContextParams, u32), LlmError> {
         let backend = llama_backend()?;
         let model = LlamaModel::load_from_file(backend, path, &LlamaModelParams::default())
             .map_err(|e| load_error(path, format!("llama.cpp could not load it: {e}")))?;
-        let n_ctx = opts.sequences.saturating_mul(opts.context_per_sequence);
+        let per_sequence = match opts.context_per_sequence {
+            0 => model.n_ctx_train().clamp(1, DEFAULT_CONTEXT_PER_SEQUENCE),
+            n => n,
+        };
+        let n_ctx = opts.sequences.saturating_mul(per_sequence);
         let threads = i32::try_from(opts.threads).unwrap_or(i32::MAX);
         let params = LlamaContextParams::default()
             .with_n_ctx(NonZeroU32::new(n_ctx))
@@ -203,9 +266,9 @@ fn worker(
             .with_kv_unified(true)
             .with_n_threads(threads)
             .with_n_threads_batch(threads);
-        Ok((model, params))
+        Ok((model, params, per_sequence))
     };
-    let (model, params) = match setup() {
+    let (model, params, per_sequence) = match setup() {
         Ok(x) => x,
         Err(e) => {
             let _ = ready.send(Err(e));
@@ -228,11 +291,12 @@ fn worker(
         slots: (0..opts.sequences).map(|_| Slot::default()).collect(),
         waiting: VecDeque::new(),
         adapter_change: None,
-        per_sequence: opts.context_per_sequence as usize,
+        per_sequence: per_sequence as usize,
         clock: 0,
         last_index: 0,
+        prompter: None,
     };
-    if ready.send(Ok(())).is_err() {
+    if ready.send(Ok(per_sequence)).is_err() {
         return;
     }
     loop {
@@ -286,7 +350,51 @@ impl<'m> Worker<'m> {
                     let _ = earlier.send(Err(LlmError::Other("replaced by a later adapter".into())));
                 }
             }
+            Job::Prepare { prompt, reply } => {
+                let _ = reply.send(self.prepare(prompt));
+            }
+            Job::Vocab { reply } => {
+                let _ = reply.send(self.vocabulary().map(Arc::new));
+            }
         }
+    }
+
+    fn prompter(&mut self) -> Result<&Prompter, LlmError> {
+        if self.prompter.is_none() {
+            self.prompter = Some(Prompter::new(self.model)?);
+        }
+        self.prompter.as_ref().ok_or_else(|| LlmError::Other("the chat template could not be read".into()))
+    }
+
+    fn prepare(&mut self, prompt: PromptText) -> Result<Vec<u32>, LlmError> {
+        let model = self.model;
+        let text = match prompt {
+            PromptText::Chat { messages, tools, prefill } => {
+                let mut text = self.prompter()?.render(model, &messages, &tools)?;
+                text.push_str(&prefill);
+                text
+            }
+            PromptText::Text(text) => text,
+        };
+        Ok(tokenize_prompt(model, &text).iter().map(|t| t.0.max(0) as u32).collect())
+    }
+
+    fn vocabulary(&mut self) -> Result<Vocabulary, LlmError> {
+        let native_tools = self.prompter()?.native_tools();
+        let vocab = self.model.vocab();
+        let n = u32::try_from(self.model.n_vocab()).unwrap_or(0);
+        let mut text = Vec::with_capacity(n as usize);
+        let mut display = Vec::with_capacity(n as usize);
+        let mut end_of_generation = Vec::new();
+        for id in 0..n {
+            let token = LlamaToken(id as i32);
+            text.push(vocab.token_to_piece(token, false, None));
+            display.push(vocab.token_to_piece(token, true, None));
+            if vocab.is_eog(token) {
+                end_of_generation.push(id);
+            }
+        }
+        Ok(Vocabulary { text, display, end_of_generation, native_tools })
     }
 
     fn change_adapter(&mut self) {

@@ -96,7 +96,7 @@ use super::{Action, ActionParseError, ToolSpec, ToolSpecs};
 use scanner::Scanner;
 
 pub use json_repair::lenient_json;
-pub use native::{call_arguments, default_native_example, parse_native_call};
+pub use native::{call_arguments, default_native_example, parse_native_call, written_calls};
 
 /// Longest snippet of offending text in an error, in bytes.
 const SNIPPET_MAX: usize = 300;

@@ -114,6 +114,35 @@ impl Scanner<'_> {
     }
 }
 
+/// The calls in the body of a `<tool_call>` as written (one object or a list), each as
+/// its tool's name and arguments, read as the loop reads them (lenient JSON, a `function`
+/// wrapper, arguments beside the name) but checked against no tool set: for a server
+/// answering with the client's own tools.
+pub fn written_calls(body: &str) -> Result<Vec<(String, Json)>, String> {
+    let value = super::lenient_json(&clean_body(body))?;
+    let calls = match value {
+        Json::Array(calls) => calls,
+        other => vec![other],
+    };
+    calls
+        .into_iter()
+        .map(|call| {
+            let Json::Object(mut call) = call else {
+                return Err("a tool call must be a JSON object with `name` and `arguments`".to_string());
+            };
+            if !call.contains_key("name") {
+                if let Some(Json::Object(function)) = call.remove("function") {
+                    call = function;
+                }
+            }
+            match call.remove("name") {
+                Some(Json::String(name)) => Ok((name, call_arguments(call))),
+                _ => Err("the tool call has no `name`".to_string()),
+            }
+        })
+        .collect()
+}
+
 /// The arguments of a call object whose `name` was taken out: under `arguments` (or
 /// `parameters`), else the keys written beside the name (`{"name": "finish", "message":
 /// "..."}`, as small models write it).

@@ -673,3 +673,16 @@ fn fence_helpers() {
     assert_eq!(closers.find(12, b'~', 3, 0), None);
     assert_eq!(closers.find(100, b'`', 3, 9), None);
 }
+
+#[test]
+fn written_calls_read_any_tool_without_a_tool_set() {
+    let calls = super::written_calls("\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n").unwrap();
+    assert_eq!(calls, vec![("get_weather".to_string(), serde_json::json!({"city": "Paris"}))]);
+    let calls =
+        super::written_calls(r#"[{"function": {"name": "a", "arguments": "{\"x\": 1}"}}, {"name": "b", "x": 2}]"#)
+            .unwrap();
+    assert_eq!(calls[0], ("a".to_string(), serde_json::json!("{\"x\": 1}")));
+    assert_eq!(calls[1], ("b".to_string(), serde_json::json!({"x": 2})));
+    assert!(super::written_calls("{\"arguments\": {}}").unwrap_err().contains("no `name`"));
+    assert!(super::written_calls("not json at all").is_err());
+}
