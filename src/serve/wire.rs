@@ -58,6 +58,38 @@ pub struct WireFunction {
     pub parameters: serde_json::Value,
 }
 
+/// The sampling fields both endpoints take.
+#[derive(Debug, Clone, Default, Deserialize)]
+pub struct WireSampling {
+    #[serde(default, alias = "max_completion_tokens")]
+    pub max_tokens: Option<u32>,
+    #[serde(default)]
+    pub temperature: Option<f32>,
+    #[serde(default)]
+    pub top_p: Option<f32>,
+    #[serde(default)]
+    pub top_k: Option<u32>,
+    /// Any integer; its bits are the seed.
+    #[serde(default)]
+    pub seed: Option<i64>,
+    #[serde(default)]
+    pub stop: Option<Stop>,
+}
+
+impl WireSampling {
+    /// The engine's sampling, with `max_tokens` when the request sets none.
+    pub fn params(&self, max_tokens: Option<u32>) -> SamplingParams {
+        SamplingParams {
+            max_tokens: self.max_tokens.or(max_tokens),
+            temperature: self.temperature,
+            top_p: self.top_p,
+            top_k: self.top_k,
+            seed: self.seed.map(|s| s as u64),
+            stop: stop_list(&self.stop),
+        }
+    }
+}
+
 /// `tool_choice`: `"auto"`, `"none"`, `"required"`, or `{"type": "function",
 /// "function": {"name": NAME}}`.
 #[derive(Debug, Clone, Deserialize)]
@@ -92,18 +124,8 @@ pub struct CompletionRequest {
     pub messages: Vec<WireMessage>,
     #[serde(default)]
     pub stream: bool,
-    #[serde(default, alias = "max_completion_tokens")]
-    pub max_tokens: Option<u32>,
-    #[serde(default)]
-    pub temperature: Option<f32>,
-    #[serde(default)]
-    pub top_p: Option<f32>,
-    #[serde(default)]
-    pub top_k: Option<u32>,
-    #[serde(default)]
-    pub seed: Option<i64>,
-    #[serde(default)]
-    pub stop: Option<Stop>,
+    #[serde(flatten)]
+    pub sampling: WireSampling,
     /// Tools for native tool calling, passed to the model's chat template.
     #[serde(default)]
     pub tools: Vec<WireTool>,
@@ -235,18 +257,9 @@ impl CompletionRequest {
         if messages.is_empty() {
             return Err("messages: at least one message is needed".into());
         }
-        let stop = stop_list(&self.stop);
         Ok(ChatRequest {
             messages,
-            sampling: SamplingParams {
-                max_tokens: self.max_tokens,
-                temperature: self.temperature,
-                top_p: self.top_p,
-                top_k: self.top_k,
-                // Any integer seeds; its bits are the seed.
-                seed: self.seed.map(|s| s as u64),
-                stop,
-            },
+            sampling: self.sampling.params(None),
             // `none` renders no tools: the model is not told it has any.
             tools: if self.tool_choice()? == ToolChoice::Off { &[][..] } else { &self.tools[..] }
                 .iter()
@@ -286,19 +299,9 @@ pub struct TextCompletionRequest {
     pub prompt: WirePrompt,
     #[serde(default)]
     pub stream: bool,
-    /// OpenAI's default for this endpoint is 16.
-    #[serde(default)]
-    pub max_tokens: Option<u32>,
-    #[serde(default)]
-    pub temperature: Option<f32>,
-    #[serde(default)]
-    pub top_p: Option<f32>,
-    #[serde(default)]
-    pub top_k: Option<u32>,
-    #[serde(default)]
-    pub seed: Option<i64>,
-    #[serde(default)]
-    pub stop: Option<Stop>,
+    /// `max_tokens` defaults to 16 here, as OpenAI's.
+    #[serde(flatten)]
+    pub sampling: WireSampling,
     /// Report this many alternatives with each token's log-probability (0-20).
     #[serde(default)]
     pub logprobs: Option<u32>,
@@ -349,18 +352,7 @@ impl TextCompletionRequest {
         if let Some(n) = self.logprobs.filter(|n| *n > agent_llm::MAX_TOP_LOGPROBS) {
             return Err(format!("logprobs: {n} is more than {}", agent_llm::MAX_TOP_LOGPROBS));
         }
-        Ok(agent_llm::GenerationRequest {
-            prompt,
-            sampling: SamplingParams {
-                max_tokens: Some(self.max_tokens.unwrap_or(16)),
-                temperature: self.temperature,
-                top_p: self.top_p,
-                top_k: self.top_k,
-                seed: self.seed.map(|s| s as u64),
-                stop: stop_list(&self.stop),
-            },
-            logprobs: self.logprobs,
-        })
+        Ok(agent_llm::GenerationRequest { prompt, sampling: self.sampling.params(Some(16)), logprobs: self.logprobs })
     }
 }
 

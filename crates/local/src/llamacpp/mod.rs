@@ -34,13 +34,13 @@ mod prompt;
 mod rollouts;
 mod server;
 mod text_stream;
+mod vocabulary;
 
 pub use adapter::LORA_GGUF_FILE;
 pub use logits::{reference_logits, reference_logits_of_ids};
-pub use rollouts::{
-    LlamaRollouts, PromptText, RolloutEngineOptions, TokenChooser, TokenReply, TokenRequest, Vocabulary,
-};
+pub use rollouts::{LlamaRollouts, RolloutEngineOptions, TokenChooser, TokenReply, TokenRequest};
 pub use server::{LlamaServer, LlamaServerOptions};
+pub use vocabulary::{PromptText, Vocabulary};
 
 /// How a llama.cpp model is loaded; the default takes the model's own context (at most
 /// 32,768), every core, llama.cpp's flash-attention choice and no prompt cache.

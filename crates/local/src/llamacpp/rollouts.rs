@@ -30,8 +30,9 @@ use tokio::sync::oneshot;
 use super::adapter::Swap;
 use super::engine::llama_backend;
 use super::prompt::{tokenize_prompt, Prompter};
+use super::vocabulary::{PromptText, Vocabulary};
 use super::{llama_error, load_error};
-use agent_llm::{ChatMessage, LlmError, ToolDefinition};
+use agent_llm::LlmError;
 
 /// Picks the next token from one position's logits.
 pub trait TokenChooser: Send {
@@ -94,28 +95,6 @@ enum Job {
     Vocab {
         reply: oneshot::Sender<Result<Arc<Vocabulary>, LlmError>>,
     },
-}
-
-/// What [`LlamaRollouts::prepare`] turns into tokens.
-pub enum PromptText {
-    /// Messages and tools, rendered by the model's chat template (ending with the
-    /// assistant's opening), then `prefill` written after it.
-    Chat { messages: Vec<ChatMessage>, tools: Vec<ToolDefinition>, prefill: String },
-    /// A raw text (special tokens parsed; BOS added when the model wants one).
-    Text(String),
-}
-
-/// Every token's bytes and which tokens end generation.
-#[derive(Debug, Clone)]
-pub struct Vocabulary {
-    /// As text is written: control tokens are empty.
-    pub text: Vec<Vec<u8>>,
-    /// As the vocabulary spells them, control tokens included (`<|im_end|>`).
-    pub display: Vec<Vec<u8>>,
-    /// End-of-generation ids (EOS, EOT, `<|im_end|>` ...).
-    pub end_of_generation: Vec<u32>,
-    /// The model's chat template renders tools.
-    pub native_tools: bool,
 }
 
 /// A llama.cpp model serving rollouts (see the module docs).
@@ -381,20 +360,7 @@ impl<'m> Worker<'m> {
 
     fn vocabulary(&mut self) -> Result<Vocabulary, LlmError> {
         let native_tools = self.prompter()?.native_tools();
-        let vocab = self.model.vocab();
-        let n = u32::try_from(self.model.n_vocab()).unwrap_or(0);
-        let mut text = Vec::with_capacity(n as usize);
-        let mut display = Vec::with_capacity(n as usize);
-        let mut end_of_generation = Vec::new();
-        for id in 0..n {
-            let token = LlamaToken(id as i32);
-            text.push(vocab.token_to_piece(token, false, None));
-            display.push(vocab.token_to_piece(token, true, None));
-            if vocab.is_eog(token) {
-                end_of_generation.push(id);
-            }
-        }
-        Ok(Vocabulary { text, display, end_of_generation, native_tools })
+        Ok(Vocabulary::of(self.model, native_tools))
     }
 
     fn change_adapter(&mut self) {

@@ -14,8 +14,9 @@ use tokio::sync::mpsc as tokio_mpsc;
 use tokio_util::sync::CancellationToken;
 
 use super::choice::{Chosen, ServeChooser};
-use super::rollouts::{LlamaRollouts, PromptText, RolloutEngineOptions, TokenRequest, Vocabulary};
+use super::rollouts::{LlamaRollouts, RolloutEngineOptions, TokenRequest};
 use super::text_stream::TextStream;
+use super::vocabulary::{PromptText, Vocabulary};
 use agent_llm::{
     CallStats, ChatRequest, ChatResponse, FinishReason, Generation, GenerationPiece, GenerationPrompt,
     GenerationRequest, LlmError, ModelBackend, SampledToken, SamplingDefaults, TokenCandidate, MAX_TOP_LOGPROBS,
