@@ -178,7 +178,7 @@ fn stream(s: AppState, plan: Plan, reply: Reply) -> Response {
         }
         let _ = tx.send(Ok(SseEvent::default().data("[DONE]")));
     });
-    Sse::new(guarded(rx, cancel)).into_response()
+    Sse::new(guarded(rx, cancel)).keep_alive(super::keep_alive()).into_response()
 }
 
 /// Turns generated pieces into `chat.completion.chunk` events.

@@ -135,5 +135,5 @@ fn stream(s: AppState, generation: GenerationRequest, head: Head) -> Response {
         let _ = tx.send(Ok(SseEvent::default().data(last.to_string())));
         let _ = tx.send(Ok(SseEvent::default().data("[DONE]")));
     });
-    Sse::new(guarded(rx, cancel)).into_response()
+    Sse::new(guarded(rx, cancel)).keep_alive(super::keep_alive()).into_response()
 }

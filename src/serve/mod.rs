@@ -166,6 +166,12 @@ async fn model(State(s): State<AppState>, axum::extract::Path(id): axum::extract
     }
 }
 
+/// A comment every 10 s on a stream with nothing else to say: a long prompt on a slow CPU
+/// (minutes, before the first token) must not trip a client's idle timeout.
+fn keep_alive() -> axum::response::sse::KeepAlive {
+    axum::response::sse::KeepAlive::new().interval(std::time::Duration::from_secs(10)).text("keep-alive")
+}
+
 /// The event stream; dropping it (client disconnected) cancels generation.
 fn guarded(
     rx: mpsc::UnboundedReceiver<Result<SseEvent, Infallible>>,
