@@ -19,6 +19,7 @@ mod tasks;
 mod train;
 mod train_launch;
 mod tui;
+mod workspace;
 
 use std::path::PathBuf;
 

@@ -17,6 +17,9 @@ pub struct Headless {
     pub dir: PathBuf,
     /// The settings to use.
     pub settings: ProjectSettings,
+    /// What changed in a trusted project since the user trusted it (and that its
+    /// settings that need trust are therefore not used), if it changed.
+    pub changed: Option<String>,
 }
 
 impl Headless {
@@ -37,9 +40,10 @@ impl Headless {
         })
     }
 
-    /// Lines for the user about refused files.
+    /// Lines for the user about refused files and items, and about a trusted project
+    /// whose agent files changed.
     pub fn refused_notices(&self) -> Vec<String> {
-        self.settings.refused().map(|a| a.text.clone()).collect()
+        self.changed.iter().cloned().chain(self.settings.refused().map(|a| a.text.clone())).collect()
     }
 
     /// Prints the ignored settings and refused files on stderr (commands without an
@@ -63,7 +67,8 @@ pub fn headless(user: &UserConfig, trust_flag: bool) -> anyhow::Result<Headless>
     let store = TrustStore::load()?;
     let project = Project::open(&dir, user, &store)?;
     let settings = project.settings(user, project.headless_apply(trust_flag))?;
-    Ok(Headless { dir: project.files.root, settings })
+    let changed = project.changed_notice(trust_flag);
+    Ok(Headless { dir: project.files.root, settings, changed })
 }
 
 /// The configuration of a headless command without an event stream: what was left

@@ -142,7 +142,7 @@ pub async fn run(args: RunArgs, project: Headless) -> anyhow::Result<u8> {
         .trajectory
         .clone()
         .or_else(|| dirs::data_dir().map(|d| d.join("agent").join("trajectories").join(format!("{episode_id}.jsonl"))));
-    let network = config.sandbox.network && !args.no_network;
+    let network = config.sandbox.network.enabled() && !args.no_network;
     let prepare = async {
         let mut notices: Vec<String> = Vec::new();
         let (source, task_run) = match task {

@@ -11,7 +11,7 @@ use anyhow::Context;
 use clap::Args;
 use tokio::process::{Child, Command};
 
-use agent_train::dist::WorldEnv;
+use agent_train::dist::{DistToken, WorldEnv, TOKEN_ENV};
 
 use super::signals::Signals;
 
@@ -39,10 +39,16 @@ pub struct LaunchArgs {
     /// Port of the rendezvous (default: a free one for a single host, 29500 across hosts).
     #[arg(long, requires = "nproc_per_node")]
     pub master_port: Option<u16>,
+    /// The secret every rank proves at the rendezvous (the same on every host; default:
+    /// the AGENT_DIST_TOKEN variable, else a fresh one for a one-host run). Needed across
+    /// hosts: the rendezvous then listens on every interface.
+    #[arg(long, value_name = "SECRET", requires = "nproc_per_node")]
+    pub dist_token: Option<String>,
 }
 
 /// The flags only the launcher reads, which its workers must not see.
-const LAUNCHER_FLAGS: [&str; 5] = ["--nproc-per-node", "--nnodes", "--node-rank", "--master-addr", "--master-port"];
+const LAUNCHER_FLAGS: [&str; 6] =
+    ["--nproc-per-node", "--nnodes", "--node-rank", "--master-addr", "--master-port", "--dist-token"];
 
 /// Starts the workers and waits for them; returns the run's exit code.
 pub async fn launch(
@@ -58,6 +64,16 @@ pub async fn launch(
         Some(p) => p,
         None if args.nnodes == 1 => free_port()?,
         None => agent_train::dist::DEFAULT_MASTER_PORT,
+    };
+    // The workers read it from the environment, never their command line (which `ps` shows).
+    let token = match args.dist_token.clone().or_else(|| std::env::var(TOKEN_ENV).ok()).filter(|t| !t.is_empty()) {
+        Some(t) => t,
+        None if args.nnodes == 1 => DistToken::generate(),
+        None => anyhow::bail!(
+            "a run across {} hosts needs a shared secret for its rendezvous, which listens on every interface: \
+             pass --dist-token SECRET (or set {TOKEN_ENV}) with the same value on every host",
+            args.nnodes
+        ),
     };
     let exe = std::env::current_exe().context("finding this program to start the workers")?;
     let mut worker_args = worker_args(std::env::args_os().skip(1).collect());
@@ -91,6 +107,7 @@ pub async fn launch(
         let mut cmd = Command::new(&exe);
         cmd.args(&worker_args)
             .envs(place.vars())
+            .env(TOKEN_ENV, &token)
             .envs(thread_vars.iter().copied())
             .stdin(std::process::Stdio::null())
             .kill_on_drop(true);
@@ -305,6 +322,8 @@ mod tests {
             "--master-port=29400",
             "--nnodes",
             "1",
+            "--dist-token",
+            "s3cret",
             "--out",
             "x",
         ]

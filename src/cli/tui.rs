@@ -94,6 +94,8 @@ pub async fn run(
         (Some(_), _, None) | (None, true, None) => anyhow::bail!("{}", store::StoreError::NoDataDir),
         (None, false, _) => None,
     };
+    // Before anything of the session starts: the workspace is where the sandbox writes.
+    super::workspace::refuse_dangerous(&cwd, &user)?;
     if !std::io::stdin().is_terminal() || !std::io::stdout().is_terminal() {
         anyhow::bail!("the interactive UI needs a terminal; use `agent run` for headless episodes");
     }
@@ -125,6 +127,7 @@ pub async fn run(
         say(&format!("● {note}"));
     }
     let _ = agent_sandbox::prune(&engine, agent_sandbox::PruneScope::Orphaned).await;
+    let repos_before = super::workspace::repositories(&cwd);
 
     say("● starting the sandbox");
     let mut limits = config.episode.clone();
@@ -165,7 +168,7 @@ pub async fn run(
             return Ok(Signals::exit_code(sig));
         }
     };
-    let (episode, notices) = match prepared {
+    let (episode, mut notices) = match prepared {
         Ok(p) => p,
         Err(e) => {
             agent_sandbox::cleanup_run(&engine, &run_id).await;
@@ -173,6 +176,7 @@ pub async fn run(
         }
     };
     let sandbox = episode.sandbox.clone();
+    notices.extend(sandbox.notices());
     // From here on the container exists: every path below ends in the clean-up.
     let result = async {
         let log_file = super::log::to_file(&run_id);
@@ -216,6 +220,13 @@ pub async fn run(
     say("● removing the sandbox");
     sandbox.remove().await;
     agent_sandbox::cleanup_run(&engine, &run_id).await;
+    for line in sandbox.removal_notices() {
+        say(&format!("● {line}"));
+    }
+    let repos_after = super::workspace::repositories(&cwd);
+    if let Some(line) = super::workspace::new_repositories_notice(&repos_before, &repos_after) {
+        say(&format!("● {line}"));
+    }
     result.map(|signal| signal.map_or(0, Signals::exit_code))
 }
 

@@ -13,7 +13,7 @@ use serde_json::{json, Value};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-use super::generate::{run, Outcome, Plan};
+use super::generate::{clamp_max_tokens, run, Outcome, Plan};
 use super::logprobs::Naming;
 use super::tool_calls::{split, CallSplitter, Part};
 use super::wire::{check_n, finish_name, CompletionRequest, ToolChoice, WireUsage};
@@ -69,7 +69,8 @@ pub(super) async fn chat(State(s): State<AppState>, body: Bytes) -> Response {
             s.backend.name()
         ));
     }
-    let plan = Plan { chat, logprobs, prefill };
+    let mut plan = Plan { chat, logprobs, prefill };
+    clamp_max_tokens(&mut plan.chat.sampling, s.backend.context_window());
     let reply = Reply {
         id: format!("chatcmpl-{}", uuid::Uuid::new_v4().simple()),
         model: s.model_id.clone(),

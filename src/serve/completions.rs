@@ -12,6 +12,7 @@ use serde_json::{json, Value};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
+use super::generate::clamp_max_tokens;
 use super::logprobs::{Legacy, Naming};
 use super::wire::{finish_name, TextCompletionRequest, WireUsage};
 use super::{backend_error, bad_request, error_event, guarded, now, AppState};
@@ -25,7 +26,7 @@ pub(super) async fn completions(State(s): State<AppState>, body: Bytes) -> Respo
     if let Some(refused) = s.refuse_model(req.model.as_deref()) {
         return refused;
     }
-    let generation = match req.to_generation() {
+    let mut generation = match req.to_generation() {
         Ok(g) => g,
         Err(e) => return bad_request(e),
     };
@@ -35,6 +36,7 @@ pub(super) async fn completions(State(s): State<AppState>, body: Bytes) -> Respo
             s.backend.name()
         ));
     }
+    clamp_max_tokens(&mut generation.sampling, s.backend.context_window());
     let head = Head {
         id: format!("cmpl-{}", uuid::Uuid::new_v4().simple()),
         model: s.model_id.clone(),

@@ -9,7 +9,7 @@ use tokio_util::sync::CancellationToken;
 
 use agent_llm::{
     ChatRequest, FinishReason, GenerationPiece, GenerationPrompt, GenerationRequest, LlmError, ModelBackend,
-    SampledToken, ToolCall,
+    SampledToken, SamplingParams, ToolCall,
 };
 use agent_protocol::TokenUsage;
 
@@ -32,6 +32,16 @@ pub struct Outcome {
     pub tokens: Vec<SampledToken>,
     /// Calls the backend returned as data (APIs, mistral.rs).
     pub calls: Vec<ToolCall>,
+}
+
+/// Bounds a client's `max_tokens` (or `max_completion_tokens`) by the model's context
+/// window where the engine knows it: `4000000000` is no budget any engine should take.
+/// Engines that do not say (mistral.rs, APIs) bound it themselves.
+pub fn clamp_max_tokens(sampling: &mut SamplingParams, window: Option<u64>) {
+    if let (Some(asked), Some(window)) = (sampling.max_tokens, window) {
+        let window = u32::try_from(window).unwrap_or(u32::MAX).max(1);
+        sampling.max_tokens = Some(asked.min(window));
+    }
 }
 
 /// Whether the plan needs the engine's own sampling.

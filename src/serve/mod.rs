@@ -5,12 +5,14 @@
 mod chat;
 mod completions;
 mod generate;
+mod guard;
 mod logprobs;
+#[cfg(test)]
+mod tests;
 mod tool_calls;
 mod wire;
 
 use std::convert::Infallible;
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -36,11 +38,21 @@ pub struct ServeOptions {
     pub aliases: Vec<String>,
     /// The base model's name, when an adapter is applied over it.
     pub base: Option<String>,
-    /// The LoRA adapter applied to every request.
-    pub adapter: Option<PathBuf>,
+    /// The name of the LoRA adapter applied to every request (a name, never its path:
+    /// `/v1/models` is public on a key-less server).
+    pub adapter: Option<String>,
     /// With a key, every route but `/health` wants `Authorization: Bearer KEY`.
     pub api_key: Option<String>,
+    /// The address the server listens on (`--host`): a `Host` header may name it.
+    pub listen_host: String,
+    /// More names a `Host` header may give (`--allowed-host`), beyond loopback's.
+    pub allowed_hosts: Vec<String>,
+    /// Requests in flight at once; more get a 429 (0 takes [`DEFAULT_MAX_REQUESTS`]).
+    pub max_requests: usize,
 }
+
+/// Requests in flight at once when the options name no cap.
+pub const DEFAULT_MAX_REQUESTS: u32 = 64;
 
 #[derive(Clone)]
 struct AppState {
@@ -49,7 +61,7 @@ struct AppState {
     /// Every name a request may use for the model.
     names: Arc<Vec<String>>,
     base: Option<String>,
-    adapter: Option<PathBuf>,
+    adapter: Option<String>,
     /// One request at a time, for engines whose batched outputs depend on the batch.
     gate: Option<Arc<Semaphore>>,
 }
@@ -90,6 +102,14 @@ pub fn router(backend: Arc<dyn ModelBackend>, options: ServeOptions) -> Router {
         .route("/v1/models/{id}", get(model))
         .route("/v1/chat/completions", post(chat::chat))
         .route("/v1/completions", post(completions::completions));
+    let cap = match options.max_requests {
+        0 => DEFAULT_MAX_REQUESTS as usize,
+        n => n,
+    };
+    let slots = Arc::new(Semaphore::new(cap));
+    let api = api.layer(axum::middleware::from_fn(move |req: axum::extract::Request, next: axum::middleware::Next| {
+        guard::cap_requests(slots.clone(), req, next)
+    }));
     let api = match options.api_key.filter(|k| !k.is_empty()) {
         Some(key) => {
             let key = Arc::new(key);
@@ -100,7 +120,12 @@ pub fn router(backend: Arc<dyn ModelBackend>, options: ServeOptions) -> Router {
         }
         None => api,
     };
-    api.route("/health", get(|| async { "ok" })).with_state(state)
+    let hosts = Arc::new(guard::HostCheck::new(&options.listen_host, &options.allowed_hosts));
+    api.route("/health", get(|| async { "ok" }))
+        .layer(axum::middleware::from_fn(move |req: axum::extract::Request, next: axum::middleware::Next| {
+            guard::check_host(hosts.clone(), req, next)
+        }))
+        .with_state(state)
 }
 
 /// Lets a request through when it carries the key (compared in constant time).
@@ -150,7 +175,7 @@ fn model_entry(s: &AppState) -> Value {
     if let Some(adapter) = &s.adapter {
         entry["parent"] = json!(s.base);
         entry["root"] = json!(s.base);
-        entry["adapter"] = json!(adapter.display().to_string());
+        entry["adapter"] = json!(adapter);
     }
     entry
 }

@@ -275,3 +275,67 @@ fn throughput_with_one_and_two_engines() {
         }
     }
 }
+
+/// This host's address on the interface that routes off-host (no packet is sent to find
+/// it); `None` on a host with loopback only.
+fn outbound_address() -> Option<std::net::IpAddr> {
+    let s = std::net::UdpSocket::bind("0.0.0.0:0").ok()?;
+    s.connect("10.1.2.3:9").ok()?;
+    s.local_addr().ok().map(|a| a.ip()).filter(|ip| !ip.is_loopback() && !ip.is_unspecified())
+}
+
+/// `agent sandbox engines` under `DOCKER_HOST=host`, with no engines configured.
+fn engines_under(dir: &Path, host: &str) -> (String, std::process::ExitStatus) {
+    let cfg = dir.join("none.toml");
+    std::fs::write(&cfg, "").unwrap();
+    let o = Command::new(support::agent_bin())
+        .arg("--config")
+        .arg(&cfg)
+        .args(["sandbox", "engines"])
+        .env("DOCKER_HOST", host)
+        .env_remove("DOCKER_TLS_VERIFY")
+        .env_remove("DOCKER_CERT_PATH")
+        .current_dir(dir)
+        .output()
+        .unwrap();
+    (format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr)), o.status)
+}
+
+#[test]
+fn a_plain_remote_docker_host_is_refused_before_anything_connects_and_loopback_still_connects() {
+    let dir = tempfile::tempdir().unwrap();
+    // A stand-in for the remote engine on this host's own off-loopback address: if the
+    // refusal were missing, the binary would connect to it.
+    let listener = std::net::TcpListener::bind("0.0.0.0:0").unwrap();
+    listener.set_nonblocking(true).unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let remote = outbound_address().map_or_else(|| "10.1.2.3".to_string(), |ip| ip.to_string());
+    let host = format!("tcp://{remote}:{port}");
+    let (out, status) = engines_under(dir.path(), &host);
+    assert!(!status.success(), "{out}");
+    assert!(
+        out.contains(&format!("DOCKER_HOST={host} is refused"))
+            && out.contains("root on its host")
+            && out.contains("DOCKER_TLS_VERIFY")
+            && out.contains("ssh://"),
+        "{out}"
+    );
+    let err = listener.accept().map(|_| ()).unwrap_err();
+    assert_eq!(err.kind(), std::io::ErrorKind::WouldBlock, "the refused engine was connected to");
+
+    // Loopback is still a plain engine's place: the binary does connect (and, the
+    // connection closed at once, finds no engine there).
+    let acceptor = std::thread::spawn(move || {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while Instant::now() < deadline {
+            if listener.accept().is_ok() {
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        false
+    });
+    let (out, _) = engines_under(dir.path(), &format!("tcp://127.0.0.1:{port}"));
+    assert!(!out.contains("is refused"), "{out}");
+    assert!(acceptor.join().unwrap(), "a loopback DOCKER_HOST was not connected to: {out}");
+}

@@ -6,6 +6,7 @@
 //! never dropped silently; what a task must not do (privileged containers, host paths
 //! outside its folder) is refused.
 
+mod build;
 mod envfile;
 mod mounts;
 mod ports;

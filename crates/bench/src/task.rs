@@ -2,6 +2,7 @@
 //! `docker-compose.yaml`, `run-tests.sh`, `tests/`, `solution.sh|yaml`) and TB2/Harbor
 //! (`task.toml`, `instruction.md`, `environment/`, `tests/test.sh`, `solution/solve.sh`).
 
+mod confine;
 mod tb2;
 
 use std::collections::BTreeMap;
@@ -148,7 +149,11 @@ impl BenchTask {
         if !dir.is_dir() {
             return Err(TaskError::NotADirectory { path: dir.display().to_string() });
         }
-        if dir.join("task.toml").is_file() {
+        // A link named task.toml counts: the check below refuses it if it leads out.
+        let toml = dir.join("task.toml");
+        let tb2 = toml.is_file() || toml.is_symlink();
+        confine::check(dir, if tb2 { Layout::Tb2 } else { Layout::Tb1 })?;
+        if tb2 {
             return Self::load_tb2(dir);
         }
         Self::load_tb1(dir)

@@ -6,8 +6,9 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
+pub use crate::sandbox_network::NetworkSetting;
 use crate::tools::ToolFormat;
-use agent_sandbox::{ContainerConfig, ImageMap};
+use agent_sandbox::{ContainerConfig, Egress, ImageMap};
 
 /// Errors reading the config, naming the file.
 #[derive(Debug, thiserror::Error)]
@@ -94,8 +95,14 @@ pub struct SandboxSettings {
     pub memory_mb: i64,
     /// Process limit per container.
     pub pids_limit: i64,
-    /// Network access for containers.
-    pub network: bool,
+    /// Network access for containers: `true`/`"on"` (the public internet, never the
+    /// host, its LANs or cloud metadata), `"allowlist"` (`allow_hosts` only) or
+    /// `false`/`"off"`.
+    pub network: NetworkSetting,
+    /// Hosts the sandbox may reach (`host`, `host:port`, an address or a block): all it
+    /// reaches with `"allowlist"`; with `"on"`, exceptions to the refused ranges.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub allow_hosts: Vec<String>,
     /// Bytes of command output kept for the model (head and tail).
     pub max_output_bytes: usize,
     /// Default per-command timeout in seconds.
@@ -114,7 +121,9 @@ impl SandboxSettings {
         cfg.cpus = self.cpus;
         cfg.memory_bytes = self.memory_mb << 20;
         cfg.pids_limit = self.pids_limit;
-        cfg.network = self.network;
+        cfg.network = self.network.enabled();
+        cfg.egress =
+            Egress { only_allowed: self.network == NetworkSetting::Allowlist, allow: self.allow_hosts.clone() };
         cfg
     }
 }
@@ -126,7 +135,8 @@ impl Default for SandboxSettings {
             cpus: 2.0,
             memory_mb: 4096,
             pids_limit: 1024,
-            network: true,
+            network: NetworkSetting::On,
+            allow_hosts: Vec::new(),
             max_output_bytes: 16 * 1024,
             command_timeout_secs: 120,
             engines: Vec::new(),
@@ -204,6 +214,7 @@ impl Config {
         if s.command_timeout_secs == 0 {
             bad.push("[sandbox] command_timeout_secs = 0 (at least 1)".into());
         }
+        bad.extend(crate::sandbox_network::bad_hosts(&s.allow_hosts));
         let e = &self.episode;
         for (name, value) in [
             ("max_turns", u64::from(e.max_turns)),
@@ -237,6 +248,21 @@ pub fn merge_tables(base: &mut toml::Table, over: toml::Table) {
     }
 }
 
+/// Lays a project's config table over the user's as [`merge_tables`] does, except that
+/// an MCP server of the project replaces the user's server of that name whole: merged
+/// key by key, a project that changes only `url` would inherit the user's `headers`
+/// (a bearer token) and send them wherever it points.
+pub fn merge_project(base: &mut toml::Table, project: toml::Table) {
+    if let (Some(toml::Value::Table(theirs)), Some(toml::Value::Table(mine))) =
+        (project.get("mcp_servers"), base.get_mut("mcp_servers"))
+    {
+        for name in theirs.keys() {
+            mine.remove(name);
+        }
+    }
+    merge_tables(base, project);
+}
+
 /// The least memory a sandbox may have (the shell and a few tools need this much).
 const MIN_MEMORY_MB: i64 = 64;
 /// The fewest processes a sandbox may run (the shell, its wrapper and a command).
@@ -253,7 +279,7 @@ mod tests {
         )
         .unwrap();
         assert_eq!(cfg.episode.max_turns, 7);
-        assert!(!cfg.sandbox.network);
+        assert_eq!(cfg.sandbox.network, NetworkSetting::Off);
         assert_eq!(cfg.image_map.lookup("python:3"), Some("agent-base:bookworm"));
         assert!(toml::from_str::<Config>("[episode]\nmax_turn = 7\n").is_err());
     }

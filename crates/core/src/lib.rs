@@ -12,4 +12,5 @@ pub mod episode;
 pub mod hooks;
 pub mod mcp;
 pub mod project;
+pub mod sandbox_network;
 pub mod tools;

@@ -28,6 +28,8 @@ pub struct MistralRsBackend {
     last_stats: Mutex<Option<CallStats>>,
     /// Ids of token-in requests, one per request.
     next_request: AtomicUsize,
+    /// The longest sequence the model takes, as mistral.rs reads it from the model.
+    max_sequence: Option<u64>,
 }
 
 fn load_error(path: &Path, e: impl std::fmt::Display) -> LlmError {
@@ -78,8 +80,10 @@ impl MistralRsBackend {
                 hint: "a local model is a .gguf file or a directory with config.json and *.safetensors".into(),
             });
         };
+        let max_sequence = model.max_sequence_length().ok().flatten().map(|n| n as u64);
         Ok(Self {
             model,
+            max_sequence,
             name,
             thinking: opts.thinking,
             native_tools: path.is_dir() && template_declares_tools(path),
@@ -182,8 +186,10 @@ impl MistralRsBackend {
             b = b.with_force_cpu();
         }
         let model = b.build().await.map_err(|e| load_error(Path::new(repo), e))?;
+        let max_sequence = model.max_sequence_length().ok().flatten().map(|n| n as u64);
         Ok(Self {
             model,
+            max_sequence,
             name: repo.to_string(),
             thinking: opts.thinking,
             native_tools: hub_snapshots(repo).iter().any(|dir| template_declares_tools(dir)),
@@ -256,7 +262,10 @@ impl MistralRsBackend {
             b = b.set_sampler_temperature(f64::from(t));
         }
         if let Some(n) = s.max_tokens {
-            b = b.set_sampler_max_len(n as usize);
+            // A client's `max_tokens: 4000000000` must not become the engine's budget: no
+            // reply outgrows the model's sequence length.
+            let n = self.max_sequence.map_or(u64::from(n), |m| u64::from(n).min(m));
+            b = b.set_sampler_max_len(usize::try_from(n).unwrap_or(usize::MAX));
         }
         if let Some(p) = s.top_p {
             b = b.set_sampler_topp(f64::from(p));

@@ -1,7 +1,7 @@
 //! One labelled, resource-limited container per episode, removed on every exit path.
 
 use std::collections::HashMap;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use super::docker::Engine;
 use bollard::container::NetworkingConfig;
@@ -13,6 +13,7 @@ use super::exec::{exec_capture, exec_streaming, ExecOutput, StreamedExit};
 use super::mount::{engine_mounts, Mount};
 use super::port::{engine_ports, PublishedPort};
 use super::prune::resource_labels;
+use super::workspace::WorkspaceGuard;
 
 /// Label holding the id of the run (one `agent` invocation, bench run or train run).
 pub const LABEL_RUN: &str = "agent.run";
@@ -59,6 +60,8 @@ pub struct ContainerConfig {
     pub pids_limit: i64,
     /// Network access.
     pub network: bool,
+    /// What the network reaches (see `egress`); applies whenever `network` is on.
+    pub egress: super::egress::Egress,
     /// Working directory; the image's when `None`.
     pub workdir: Option<String>,
     /// `host_path:container_path` bind mounts.
@@ -119,6 +122,7 @@ impl ContainerConfig {
             memory_bytes: 4 << 30,
             pids_limit: 1024,
             network: true,
+            egress: Default::default(),
             workdir: None,
             binds: Vec::new(),
             env: Vec::new(),
@@ -168,23 +172,58 @@ pub struct Sandbox {
     name: String,
     image: String,
     pids_limit: i64,
-    /// Bind-mounted host folders owned by someone other than root: `(container path,
-    /// uid, gid)`. What root in the container creates there is handed back to them.
-    bind_owners: Vec<(String, u32, u32)>,
+    /// The read-write host folders bound into the container (its workspaces).
+    workspaces: Vec<WorkspaceBind>,
+    /// The read-only control files over those workspaces; cleaned up after removal.
+    guards: Arc<Vec<WorkspaceGuard>>,
+    /// Whether PID 1 is the sandbox's init (which kills everything on SIGUSR1).
+    own_init: bool,
+    /// What the removal found and undid in the workspaces, for the user.
+    removal_notices: Arc<Mutex<Vec<String>>>,
 }
 
-/// The owners of the bind-mounted host folders that root does not own.
-fn bind_owners(binds: &[String]) -> Vec<(String, u32, u32)> {
+/// A read-write host folder bound into the container.
+#[derive(Debug, Clone)]
+struct WorkspaceBind {
+    /// Where it is mounted in the container.
+    inside: String,
+    /// Its owner when that is not root: what root in the container creates there is
+    /// handed back to them.
+    owner: Option<(u32, u32)>,
+}
+
+/// The read-write folders among `binds` (`host:container[:options]`), with their host path.
+fn workspace_binds(binds: &[String]) -> Vec<(std::path::PathBuf, WorkspaceBind)> {
     use std::os::unix::fs::MetadataExt;
     binds
         .iter()
         .filter_map(|b| {
             let mut parts = b.split(':');
             let (host, inside) = (parts.next()?, parts.next()?);
+            if parts.next().is_some_and(|opts| opts.split(',').any(|o| o == "ro")) {
+                return None;
+            }
             let meta = std::fs::metadata(host).ok()?;
-            (meta.is_dir() && meta.uid() != 0).then(|| (inside.to_string(), meta.uid(), meta.gid()))
+            let owner = (meta.uid() != 0).then(|| (meta.uid(), meta.gid()));
+            meta.is_dir().then(|| (host.into(), WorkspaceBind { inside: inside.to_string(), owner }))
         })
         .collect()
+}
+
+/// The shell script that strips setuid and setgid bits from the regular files below the
+/// workspace `w` and hands what root made there back to its owner. It runs inside the
+/// container: no host program walks a tree the sandbox writes. `-perm -4000 -o -perm
+/// -2000` rather than `/6000`, which BusyBox's find lacks.
+fn settle_script(w: &WorkspaceBind) -> String {
+    let path = super::shell::shell_quote(&w.inside);
+    let chown = match w.owner {
+        Some((uid, gid)) => format!("find {path} -xdev -user 0 -exec chown -h {uid}:{gid} {{}} + 2>/dev/null; "),
+        None => String::new(),
+    };
+    // After the chown: a chown by root may keep the bits on some kernels.
+    format!(
+        "{chown}find {path} -xdev -type f \\( -perm -4000 -o -perm -2000 \\) -exec chmod u-s,g-s {{}} + 2>/dev/null; true"
+    )
 }
 
 impl Sandbox {
@@ -201,7 +240,19 @@ impl Sandbox {
         let short: String = cfg.episode_id.chars().filter(|c| c.is_ascii_alphanumeric()).take(12).collect();
         let name = format!("{}-{}-{}", cfg.name_prefix, short, &uuid::Uuid::new_v4().simple().to_string()[..6]);
         let labels = resource_labels(&cfg.run_id, &cfg.episode_id);
-        let (mounts, tmpfs) = engine_mounts(&cfg.mounts);
+        let workspaces = workspace_binds(&cfg.binds);
+        let mut guards = Vec::new();
+        for (host, w) in &workspaces {
+            let guard = WorkspaceGuard::plan(host, &w.inside).map_err(|source| SandboxError::Io {
+                context: format!("cannot prepare the read-only control files of the workspace {}", host.display()),
+                source,
+            })?;
+            guards.push(guard);
+        }
+        // The guards' binds lie below the workspaces': the engine mounts them after (over) those.
+        let all_mounts: Vec<Mount> =
+            cfg.mounts.iter().cloned().chain(guards.iter().flat_map(|g| g.mounts.iter().cloned())).collect();
+        let (mounts, tmpfs) = engine_mounts(&all_mounts);
         let (exposed_ports, port_bindings) = engine_ports(&cfg.ports);
         let host_config = HostConfig {
             nano_cpus: Some((cfg.cpus * 1e9) as i64),
@@ -284,12 +335,20 @@ impl Sandbox {
             name,
             image: cfg.image.clone(),
             pids_limit: cfg.pids_limit,
-            bind_owners: bind_owners(&cfg.binds),
+            workspaces: workspaces.into_iter().map(|(_, w)| w).collect(),
+            guards: Arc::new(guards),
+            own_init: cfg.process == ContainerProcess::Init,
+            removal_notices: Arc::default(),
         };
         if let Err(e) = docker.start_container::<String>(&sandbox.id, None).await {
             let err = SandboxError::docker(format!("start the container from `{}`", cfg.image), e);
             sandbox.remove().await;
             return Err(err);
+        }
+        // Before anything runs in it: a sandbox never runs with an unfiltered network.
+        if let Err(e) = super::egress::enforce(&sandbox, cfg).await {
+            sandbox.remove().await;
+            return Err(e);
         }
         Ok(sandbox)
     }
@@ -348,16 +407,26 @@ impl Sandbox {
         exec_streaming(&self.engine, &self.id, cmd, workdir, timeout, cancel, on_output).await
     }
 
-    /// Hands what root created or took over in the bind-mounted host folders back to
-    /// their owner, so that a user who is not root can edit and delete what the agent
-    /// wrote in their project. The sandbox keeps running as root (package installs and
-    /// the like work); this runs after every tool call and `!cmd`.
+    /// What could not be guarded in the workspaces (a control file that is a link), for the user.
+    pub fn notices(&self) -> Vec<String> {
+        self.guards.iter().flat_map(|g| g.notices.iter().cloned()).collect()
+    }
+
+    /// What [`Sandbox::remove`] found in the workspaces and left for the user to check.
+    pub fn removal_notices(&self) -> Vec<String> {
+        self.removal_notices.lock().map(|n| n.clone()).unwrap_or_default()
+    }
+
+    /// Settles the bind-mounted host folders after the sandbox wrote them: strips the
+    /// setuid and setgid bits of every regular file there (the container runs as root and
+    /// keeps CHOWN, FOWNER and FSETID: a file it leaves could be setuid-root on the host),
+    /// and hands what root created or took over back to the folder's owner, so that a
+    /// user who is not root can edit and delete what the agent wrote. The sandbox keeps
+    /// running as root (package installs and the like work); this runs after every tool
+    /// call and `!cmd`, and once more when the sandbox is removed.
     pub async fn restore_ownership(&self) {
-        for (path, uid, gid) in &self.bind_owners {
-            let script = format!(
-                "find {} -xdev -user 0 -exec chown -h {uid}:{gid} {{}} + 2>/dev/null; true",
-                super::shell::shell_quote(path)
-            );
+        for w in &self.workspaces {
+            let script = settle_script(w);
             let res = exec_capture(
                 &self.engine,
                 &self.id,
@@ -368,7 +437,7 @@ impl Sandbox {
             )
             .await;
             if let Err(e) = res {
-                tracing::warn!("cannot hand {path} back to {uid}:{gid}: {e}");
+                tracing::warn!("cannot settle the files of {}: {e}", w.inside);
             }
         }
     }
@@ -419,9 +488,23 @@ impl Sandbox {
     }
 
     /// Removes the container (forced, with its anonymous volumes). Never fails: a
-    /// container that is already gone is fine, other errors are logged.
+    /// container that is already gone is fine, other errors are logged. With workspaces,
+    /// its processes are killed and the workspaces settled first (see
+    /// [`Sandbox::restore_ownership`]), and the placeholders of their control files go
+    /// after (see [`Sandbox::removal_notices`]).
     pub async fn remove(&self) {
+        if !self.workspaces.is_empty() {
+            // Nothing may write a setuid file between the last settling and the removal.
+            if self.own_init && self.kill_all_processes().await.is_ok() {
+                tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+            }
+            self.restore_ownership().await;
+        }
         remove_container(&self.engine, &self.id).await;
+        let left: Vec<String> = self.guards.iter().flat_map(|g| g.cleanup()).collect();
+        if let Ok(mut notices) = self.removal_notices.lock() {
+            notices.extend(left);
+        }
     }
 }
 
@@ -462,6 +545,22 @@ pub async fn cleanup_registered() {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_read_write_folders_are_workspaces_and_their_settling_strips_setuid_bits() {
+        let d = tempfile::tempdir().unwrap();
+        let file = d.path().join("f");
+        std::fs::write(&file, "").unwrap();
+        let dir = d.path().display();
+        let binds = [format!("{dir}:/ro:ro"), format!("{}:/file", file.display()), format!("{dir}:/w")];
+        let ws = workspace_binds(&binds);
+        assert_eq!(ws.iter().map(|(_, w)| w.inside.as_str()).collect::<Vec<_>>(), ["/w"]);
+        let script = settle_script(&WorkspaceBind { inside: "/w".into(), owner: Some((1000, 1000)) });
+        assert!(script.contains("-exec chown -h 1000:1000"), "{script}");
+        assert!(script.contains("-type f \\( -perm -4000 -o -perm -2000 \\) -exec chmod u-s,g-s"), "{script}");
+        assert!(script.find("chown").unwrap() < script.find("chmod").unwrap(), "the bits go after the chown");
+        assert!(!settle_script(&WorkspaceBind { inside: "/w".into(), owner: None }).contains("chown"));
+    }
 
     #[test]
     fn added_caps_leave_the_drop_list_and_dropped_ones_join_it() {

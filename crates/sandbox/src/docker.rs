@@ -16,19 +16,6 @@ pub(crate) enum Endpoint {
     Other(String),
 }
 
-impl Endpoint {
-    fn from_docker_host(host: Option<&str>, tls: bool) -> Endpoint {
-        match host {
-            None => Endpoint::Unix("/var/run/docker.sock".into()),
-            Some(h) if h.starts_with("unix://") => Endpoint::Unix(h["unix://".len()..].into()),
-            Some(h) if h.starts_with("tcp://") && !tls => {
-                Endpoint::Tcp(h["tcp://".len()..].trim_end_matches('/').into())
-            }
-            Some(h) => Endpoint::Other(h.to_string()),
-        }
-    }
-}
-
 /// A connection to the Docker engine. The rest of the program holds this handle and
 /// asks the sandbox module for what it needs; only this module speaks the engine's API.
 #[derive(Debug, Clone)]
@@ -124,27 +111,10 @@ impl EngineInfo {
 }
 
 /// Connects to the engine named by `DOCKER_HOST` (or the local socket) and negotiates
-/// the API version, so that older engines (API 1.41) work too.
+/// the API version, so that older engines (API 1.41) work too. A plain `tcp://` engine
+/// off loopback is refused before anything connects, as in `[[sandbox.engines]]`.
 pub async fn connect() -> Result<Engine, SandboxError> {
-    let host = std::env::var("DOCKER_HOST").ok().filter(|h| !h.is_empty());
-    let url = host.clone().unwrap_or_else(|| "unix:///var/run/docker.sock".into());
-    let docker = Docker::connect_with_defaults()
-        .map_err(|e| SandboxError::DockerUnreachable { endpoint: url.clone(), reason: describe_bollard(&e) })?;
-    let tls = std::env::var("DOCKER_TLS_VERIFY").is_ok_and(|v| !v.is_empty() && v != "0");
-    let endpoint = Endpoint::from_docker_host(host.as_deref(), tls);
-    super::engines::handshake(docker, endpoint, "local".into(), None, &url).await
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn endpoints_from_docker_host() {
-        assert_eq!(Endpoint::from_docker_host(None, false), Endpoint::Unix("/var/run/docker.sock".into()));
-        assert_eq!(Endpoint::from_docker_host(Some("unix:///run/d.sock"), false), Endpoint::Unix("/run/d.sock".into()));
-        assert_eq!(Endpoint::from_docker_host(Some("tcp://h:2375/"), false), Endpoint::Tcp("h:2375".into()));
-        assert!(matches!(Endpoint::from_docker_host(Some("tcp://h:2376"), true), Endpoint::Other(_)));
-        assert!(matches!(Endpoint::from_docker_host(Some("ssh://u@h"), false), Endpoint::Other(_)));
-    }
+    let spec = super::engines::EngineSpec::local();
+    spec.check_docker_host()?;
+    super::engines::connect_engine(&spec).await
 }

@@ -7,6 +7,8 @@ pub enum SandboxError {
     DockerUnreachable { endpoint: String, reason: String },
     #[error("the engine `{url}` in [[sandbox.engines]] is not usable: {reason}")]
     EngineConfig { url: String, reason: String },
+    #[error("DOCKER_HOST={host} is refused (nothing was contacted): {reason}")]
+    DockerHostRefused { host: String, reason: String },
     #[error("no Docker engine of the pool answers: {0}")]
     NoEngine(String),
     #[error("Docker failed to {action}: {reason}")]
@@ -21,6 +23,8 @@ pub enum SandboxError {
     Shell(String),
     #[error("refusing to start a container without limits: {0}")]
     NoLimits(String),
+    #[error("the sandbox's network filter could not be set up, so it was not started: {0}")]
+    Egress(String),
     #[error("{path}: {reason}")]
     File { path: String, reason: String },
     #[error("{context}: {source}")]

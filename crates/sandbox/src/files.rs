@@ -7,6 +7,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use bollard::container::{DownloadFromContainerOptions, UploadToContainerOptions};
 use futures_util::StreamExt;
 
+use super::confined::TreeOptions;
 use super::container::Sandbox;
 use super::error::{describe_bollard, is_not_found, SandboxError};
 
@@ -205,22 +206,16 @@ impl Sandbox {
     }
 
     /// Copies a host file tree to `dest` (created; an empty directory when `src` is not
-    /// a directory), following symlinks.
+    /// a directory). `src` lies in a folder someone else wrote (a task's `tests/` or
+    /// `solution/`): links are followed only where they stay inside the folder that holds
+    /// `src` (the task's folder); one that leads out of it is refused, naming the link.
     pub async fn copy_dir_in(&self, src: &std::path::Path, dest: &str) -> Result<(), SandboxError> {
         let name = dest.trim_start_matches('/');
-        let pack_err = |e: std::io::Error| file_err(dest, format!("cannot pack {}: {e}", src.display()));
-        let mut builder = tar::Builder::new(Vec::new());
-        builder.follow_symlinks(true);
-        if src.is_dir() {
-            builder.append_dir_all(name, src).map_err(pack_err)?;
-        } else {
-            let mut h = tar::Header::new_gnu();
-            h.set_entry_type(tar::EntryType::Directory);
-            h.set_mode(0o755);
-            h.set_size(0);
-            builder.append_data(&mut h, name, std::io::empty()).map_err(pack_err)?;
-        }
-        let archive = builder.into_inner().map_err(pack_err)?;
+        let (Some(root), Some(sub)) = (src.parent(), src.file_name()) else {
+            return Err(file_err(dest, format!("{} is not a folder inside a task", src.display())));
+        };
+        let archive = crate::confined::pack_confined(root, std::path::Path::new(sub), name, &TreeOptions::TASK)
+            .map_err(|e| file_err(dest, format!("cannot copy {} in: {e}", src.display())))?;
         self.docker()
             .upload_to_container(
                 self.id(),

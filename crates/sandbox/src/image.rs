@@ -34,7 +34,13 @@ const BASE_PACKAGES: &[&str] = &[
     "ca-certificates",
     "less",
     "xz-utils",
+    // The egress helper runs this image to install the sandbox's firewall (`egress.rs`).
+    "iptables",
 ];
+
+/// The label recording the package list a base image was built with: an image built from
+/// an older list is rebuilt without `--force` (the egress helper needs its iptables).
+const PACKAGES_LABEL: &str = "agent.base.packages";
 
 /// Options of `agent sandbox base`.
 #[derive(Debug, Clone)]
@@ -87,8 +93,11 @@ pub async fn build_base_image(
     progress: &mut (dyn FnMut(&str) + Send),
 ) -> Result<bool, SandboxError> {
     if !opts.force && image_exists(docker, &opts.tag).await? {
-        progress(&format!("{} exists; nothing to do (--force rebuilds it)", opts.tag));
-        return Ok(false);
+        if built_with_current_packages(docker, &opts.tag).await? {
+            progress(&format!("{} exists; nothing to do (--force rebuilds it)", opts.tag));
+            return Ok(false);
+        }
+        progress(&format!("{} was built with an older package list; rebuilding it", opts.tag));
     }
     let debootstrap = which("debootstrap").ok_or_else(|| {
         SandboxError::BaseImage(
@@ -154,11 +163,13 @@ pub async fn build_base_image(
     }
     progress(&format!("importing {} MB as {} ...", tar.stdout.len() >> 20, opts.tag));
     let (repo, tag) = opts.tag.rsplit_once(':').unwrap_or((opts.tag.as_str(), "latest"));
+    let label = format!("LABEL {PACKAGES_LABEL}={}", BASE_PACKAGES.join(","));
     let changes = vec![
         "ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
         "ENV LANG=C.UTF-8",
         "ENV PIP_BREAK_SYSTEM_PACKAGES=1",
         "CMD [\"bash\"]",
+        label.as_str(),
     ];
     let mut stream = docker.api().create_image(
         Some(CreateImageOptions { from_src: "-", repo, tag, changes, ..Default::default() }),
@@ -170,6 +181,17 @@ pub async fn build_base_image(
     }
     progress(&format!("built {}", opts.tag));
     Ok(true)
+}
+
+/// Whether the image `tag` carries the current package list's label.
+async fn built_with_current_packages(docker: &Engine, tag: &str) -> Result<bool, SandboxError> {
+    let info = docker
+        .api()
+        .inspect_image(tag)
+        .await
+        .map_err(|e| SandboxError::docker(format!("inspect the image `{tag}`"), e))?;
+    let labels = info.config.and_then(|c| c.labels).unwrap_or_default();
+    Ok(labels.get(PACKAGES_LABEL).map(String::as_str) == Some(BASE_PACKAGES.join(",").as_str()))
 }
 
 fn which(bin: &str) -> Option<PathBuf> {

@@ -3,8 +3,10 @@
 //! every container, network and volume a run creates.
 
 mod build;
+mod confined;
 mod container;
 mod docker;
+mod egress;
 mod engines;
 mod error;
 mod exec;
@@ -20,14 +22,20 @@ mod shell;
 mod standin;
 mod stdio;
 mod volume;
+mod workspace;
 
 pub use build::{
     build_task_image, build_task_image_with, dockerfile_from_images, BuildEnv, BuilderChoice, CA_BUNDLE_PATH,
+};
+pub use confined::{
+    confined_path, pack_confined, read_confined, walk as walk_confined, NodeMeta, OutsideLinks, TreeError, TreeLimits,
+    TreeNode, TreeOptions,
 };
 pub use container::{
     cleanup_registered, ContainerConfig, ContainerProcess, Sandbox, LABEL_EPISODE, LABEL_OWNER, LABEL_RUN,
 };
 pub use docker::{connect, Engine};
+pub use egress::{parse_allow, Egress, TAG as EGRESS_TAG};
 pub use engines::{connect_engine, EnginePool, EngineSpec, EngineStatus, Placement, ReviveHook};
 pub use error::SandboxError;
 pub use exec::{exec_capture, exec_streaming, ExecOutput, StreamedExit};
@@ -49,3 +57,7 @@ pub use shell::{shell_quote, CommandResult, Shell};
 pub use standin::{build_standins, standin_for, standins, Standin, TRIXIE_BASE_IMAGE};
 pub use stdio::{ExecReader, ExecStdio, ExecWriter, StderrTail};
 pub use volume::Volume;
+pub use workspace::{
+    nested_repositories, refuse_dangerous_workspace, Protected, RepoListing, WorkspaceRefused, GIT_CONTROL_PATHS,
+    MAX_REPO_WALK_DEPTH, MAX_REPO_WALK_ENTRIES, ROOT_CONTROL_PATHS,
+};

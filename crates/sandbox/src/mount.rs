@@ -13,7 +13,10 @@ pub enum Mount {
     /// one (`name: None`) that the engine creates and removes with the container.
     Volume { name: Option<String>, target: String, read_only: bool },
     /// A host file or folder (absolute). The sandbox mounts what it is given: which host
-    /// paths are allowed is the caller's decision.
+    /// paths are allowed is the caller's decision. The engine has no `nosuid` for binds
+    /// (its bind options are propagation and recursion only): setuid files in read-write
+    /// binds are stripped instead (`Sandbox::restore_ownership`), and `no-new-privileges`
+    /// keeps them inert inside the container.
     Bind { source: PathBuf, target: String, read_only: bool },
     /// A tmpfs with the engine's mount options (`size=100m,mode=755`; may be empty).
     Tmpfs { target: String, options: String },

@@ -47,7 +47,8 @@ impl Network {
         &self.name
     }
 
-    /// Connects a running container, reachable on this network as `alias`.
+    /// Connects a running container, reachable on this network as `alias`, and
+    /// rewrites its egress firewall to let it reach this network's other containers.
     pub async fn connect(&self, sandbox: &Sandbox, alias: &str) -> Result<(), SandboxError> {
         let opts = ConnectNetworkOptions {
             container: sandbox.id().to_string(),
@@ -57,7 +58,9 @@ impl Network {
             .api()
             .connect_network(&self.name, opts)
             .await
-            .map_err(|e| SandboxError::docker(format!("connect {} to the network {}", sandbox.name(), self.name), e))
+            .map_err(|e| SandboxError::docker(format!("connect {} to the network {}", sandbox.name(), self.name), e))?;
+        // The new subnet is private: the firewall learns it is the container's own.
+        super::egress::reapply(sandbox).await
     }
 
     /// Removes the network (its containers must be gone). Never fails; problems are logged.

@@ -26,9 +26,10 @@ pub struct Attachments {
 }
 
 /// Reads the files that `text` mentions as `@path` (relative to `root`, inside it).
-/// Directories, missing paths and paths outside `root` (also through symlinks) are not
-/// attached; binary files
-/// and what passes the limits are named with a note instead.
+/// Each is opened beneath `root` without following any symlink (see [`open_beneath`]):
+/// the sandbox writes the workspace and could swap a checked path for a link between a
+/// check and a read. Directories and missing paths are not attached; symlinks, FIFOs,
+/// devices, binary files and what passes the limits are named with a note instead.
 pub fn attach_mentions(text: &str, root: &Path) -> Attachments {
     let mut out = Attachments::default();
     let mut seen: Vec<String> = Vec::new();
@@ -39,30 +40,16 @@ pub fn attach_mentions(text: &str, root: &Path) -> Attachments {
         if rel.is_empty() || seen.iter().any(|s| s == rel) || !stays_inside(rel) {
             continue;
         }
-        let path = root.join(rel);
-        let Ok(meta) = std::fs::metadata(&path) else { continue };
-        if !meta.is_file() {
-            continue;
-        }
+        let (file, total) = match open_beneath(root, rel) {
+            Ok(opened) => opened,
+            Err(Refused::Missing) => continue,
+            Err(Refused::Because(why)) => {
+                seen.push(rel.to_string());
+                out.notes.push(format!("@{rel} {why}; not attached"));
+                continue;
+            }
+        };
         seen.push(rel.to_string());
-        // A symlink in a cloned project can name any file of the host (a key, a
-        // token): what leaves the workspace once resolved is not sent to the model.
-        let inside = match (path.canonicalize(), root.canonicalize()) {
-            (Ok(real), Ok(base)) => real.starts_with(base),
-            _ => false,
-        };
-        if !inside {
-            out.notes.push(format!("@{rel} leads out of the workspace (a symlink); not attached"));
-            continue;
-        }
-        let Ok(bytes) = std::fs::read(&path) else {
-            out.notes.push(format!("cannot read @{rel}; not attached"));
-            continue;
-        };
-        if bytes.contains(&0) {
-            out.notes.push(format!("@{rel} is a binary file; not attached"));
-            continue;
-        }
         if budget == 0 {
             out.notes.push(format!(
                 "@{rel} not attached: the message already carries {} KB of files",
@@ -71,15 +58,26 @@ pub fn attach_mentions(text: &str, root: &Path) -> Attachments {
             continue;
         }
         let limit = MAX_FILE_BYTES.min(budget);
+        let mut bytes = Vec::new();
+        // One byte past the limit tells a cut in the middle of a character from the end.
+        if std::io::Read::read_to_end(&mut std::io::Read::take(file, limit as u64 + 1), &mut bytes).is_err() {
+            out.notes.push(format!("cannot read @{rel}; not attached"));
+            continue;
+        }
+        if bytes.contains(&0) {
+            out.notes.push(format!("@{rel} is a binary file; not attached"));
+            continue;
+        }
+        let total = total.max(bytes.len());
         let mut end = bytes.len().min(limit);
         while end > 0 && end < bytes.len() && (bytes[end] & 0xC0) == 0x80 {
             end -= 1;
         }
         let content = String::from_utf8_lossy(&bytes[..end]);
         budget -= end;
-        let cut = end < bytes.len();
+        let cut = end < total;
         let note = if cut {
-            format!(" (the first {} of {} bytes; read the rest with the file tool)", end, bytes.len())
+            format!(" (the first {} of {} bytes; read the rest with the file tool)", end, total)
         } else {
             String::new()
         };
@@ -88,9 +86,90 @@ pub fn attach_mentions(text: &str, root: &Path) -> Attachments {
             if cut { " truncated=\"true\"" } else { "" },
             content.trim_end()
         ));
-        out.notes.push(format!("attached @{rel} ({}){note}", size(bytes.len())));
+        out.notes.push(format!("attached @{rel} ({}){note}", size(total)));
     }
     out
+}
+
+/// Why a mention is not attached.
+#[derive(Debug, PartialEq)]
+enum Refused {
+    /// Nothing by that name, or a folder: not a mention of a file.
+    Missing,
+    /// Something the user should hear about ("is a symlink").
+    Because(&'static str),
+}
+
+/// `rel` opened for reading beneath `root`, one component at a time relative to the
+/// folder opened before it and never through a symlink (`O_NOFOLLOW` at every step,
+/// the same guarantee as `openat2`'s `RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS`, on any
+/// Unix): no path is resolved twice, so nothing can be swapped in between. The file is
+/// first opened as a bare handle (`O_PATH`, which opens nothing: not a FIFO, not a
+/// device) and read only once `fstat` on that handle says it is a regular file; with
+/// its size.
+fn open_beneath(root: &Path, rel: &str) -> Result<(std::fs::File, usize), Refused> {
+    use rustix::fs::{fstat, openat, FileType, Mode, OFlags, CWD};
+    use rustix::io::Errno;
+
+    let names: Vec<&std::ffi::OsStr> = Path::new(rel)
+        .components()
+        .filter_map(|c| match c {
+            Component::Normal(n) => Some(n),
+            _ => None,
+        })
+        .collect();
+    let Some((last, dirs)) = names.split_last() else { return Err(Refused::Missing) };
+    let why = |e: Errno| match e {
+        Errno::NOENT => Refused::Missing,
+        Errno::LOOP | Errno::MLINK => Refused::Because("is a symlink or passes through one"),
+        // O_DIRECTORY | O_NOFOLLOW on a link to a folder says ENOTDIR.
+        Errno::NOTDIR => Refused::Because("passes through a symlink or something that is not a folder"),
+        _ => Refused::Because("cannot be opened"),
+    };
+    let dir_flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+    // The workspace folder itself is the user's choice; only what is inside it is not.
+    let mut dir = openat(CWD, root, OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC, Mode::empty())
+        .map_err(|_| Refused::Because("cannot be opened (the workspace cannot)"))?;
+    for name in dirs {
+        dir = openat(&dir, *name, dir_flags, Mode::empty()).map_err(why)?;
+    }
+    #[cfg(any(target_os = "linux", target_os = "android"))]
+    let handle = openat(&dir, *last, OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC, Mode::empty()).map_err(why)?;
+    #[cfg(not(any(target_os = "linux", target_os = "android")))]
+    let handle = openat(
+        &dir,
+        *last,
+        OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::NOCTTY | OFlags::CLOEXEC,
+        Mode::empty(),
+    )
+    .map_err(why)?;
+    let stat = fstat(&handle).map_err(why)?;
+    match FileType::from_raw_mode(stat.st_mode) {
+        FileType::RegularFile => {}
+        FileType::Directory => return Err(Refused::Missing),
+        FileType::Symlink => return Err(Refused::Because("is a symlink or passes through one")),
+        _ => return Err(Refused::Because("is not a regular file (a FIFO or a device)")),
+    }
+    #[cfg(any(target_os = "linux", target_os = "android"))]
+    let handle = {
+        // The handle's own link in /proc names this very file, not a path to resolve
+        // again; O_NONBLOCK all the same, should it somehow be a FIFO.
+        use std::os::fd::AsRawFd;
+        let link = format!("/proc/self/fd/{}", handle.as_raw_fd());
+        let file = openat(
+            CWD,
+            link.as_str(),
+            OFlags::RDONLY | OFlags::NONBLOCK | OFlags::NOCTTY | OFlags::CLOEXEC,
+            Mode::empty(),
+        )
+        .map_err(|_| Refused::Because("cannot be opened"))?;
+        let again = fstat(&file).map_err(why)?;
+        if (again.st_dev, again.st_ino) != (stat.st_dev, stat.st_ino) {
+            return Err(Refused::Because("changed while it was opened"));
+        }
+        file
+    };
+    Ok((std::fs::File::from(handle), usize::try_from(stat.st_size).unwrap_or(usize::MAX)))
 }
 
 /// A relative path with no `..` and no root: it cannot leave the workspace.
@@ -143,6 +222,40 @@ mod tests {
         std::os::unix::fs::symlink(top.path().join("id_rsa"), root.join("notes.txt")).unwrap();
         let a = attach_mentions("read @notes.txt", &root);
         assert!(!a.appendix.contains("PRIVATE KEY"), "{}", a.appendix);
-        assert_eq!(a.notes, vec!["@notes.txt leads out of the workspace (a symlink); not attached".to_string()]);
+        assert_eq!(a.notes, vec!["@notes.txt is a symlink or passes through one; not attached".to_string()]);
+    }
+
+    /// What the sandbox could swap in for a file between a check and a read: a link as
+    /// the file itself, a link as a folder on the way, a FIFO that would hang the UI.
+    #[test]
+    fn links_anywhere_on_the_path_and_fifos_are_refused_without_reading() {
+        let top = tempfile::tempdir().unwrap();
+        let root = top.path().join("ws");
+        std::fs::create_dir_all(root.join("real")).unwrap();
+        std::fs::write(root.join("real/ok.txt"), "fine").unwrap();
+        std::fs::create_dir_all(top.path().join("home/.ssh")).unwrap();
+        std::fs::write(top.path().join("home/.ssh/id_rsa"), "PRIVATE KEY").unwrap();
+        // A link that stays inside the workspace is refused too: the check is on the
+        // path as opened, never on where a link leads.
+        std::os::unix::fs::symlink(root.join("real/ok.txt"), root.join("inside.txt")).unwrap();
+        std::os::unix::fs::symlink(top.path().join("home"), root.join("sub")).unwrap();
+        std::os::unix::fs::symlink(top.path().join("home/.ssh/id_rsa"), root.join("real/key")).unwrap();
+        let fifo = std::ffi::CString::new(root.join("pipe").to_str().unwrap()).unwrap();
+        // SAFETY: `fifo` is a valid NUL-terminated path that outlives the call.
+        assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o644) }, 0);
+
+        let a = attach_mentions("@real/ok.txt @inside.txt @sub/.ssh/id_rsa @real/key @pipe", &root);
+        assert!(!a.appendix.contains("PRIVATE KEY"), "{}", a.appendix);
+        assert!(a.appendix.contains("<attached_file path=\"real/ok.txt\">\nfine\n"), "{}", a.appendix);
+        assert_eq!(
+            a.notes,
+            vec![
+                "attached @real/ok.txt (4 B)".to_string(),
+                "@inside.txt is a symlink or passes through one; not attached".into(),
+                "@sub/.ssh/id_rsa passes through a symlink or something that is not a folder; not attached".into(),
+                "@real/key is a symlink or passes through one; not attached".into(),
+                "@pipe is not a regular file (a FIFO or a device); not attached".into(),
+            ]
+        );
     }
 }

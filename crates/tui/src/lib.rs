@@ -21,6 +21,7 @@ pub mod popup;
 mod reply;
 pub mod rewind;
 pub mod runner;
+pub mod sanitize;
 mod shell_cmd;
 pub mod store;
 pub mod terminal;

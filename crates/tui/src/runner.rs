@@ -308,7 +308,12 @@ impl Runner {
     async fn snapshot(&mut self, label: String) -> Option<String> {
         let store = self.checkpoints.clone()?;
         match tokio::task::spawn_blocking(move || store.snapshot(&label)).await {
-            Ok(Ok(id)) => Some(id),
+            Ok(Ok(snapshot)) => {
+                for note in snapshot.notes {
+                    self.app.info(note);
+                }
+                Some(snapshot.id)
+            }
             Ok(Err(e)) => {
                 self.app.error(format!("the files could not be checkpointed: {e}"));
                 None
@@ -339,7 +344,12 @@ impl Runner {
                 (Some(store), Some(id)) => {
                     let (store, id) = (store.clone(), id.clone());
                     match tokio::task::spawn_blocking(move || store.restore(&id)).await {
-                        Ok(Ok(())) => done.push("the files"),
+                        Ok(Ok(notes)) => {
+                            for note in notes {
+                                self.app.info(note);
+                            }
+                            done.push("the files")
+                        }
                         Ok(Err(e)) => self.app.error(format!("the files could not be restored: {e}")),
                         Err(e) => self.app.error(format!("the files could not be restored: {e}")),
                     }

@@ -319,3 +319,43 @@ fn rewind_popup() {
     let t = text_of(&screen(&mut a, 80, 16));
     assert!(t.contains("code and conversation") && t.contains("conversation only") && t.contains("code only"), "{t}");
 }
+
+/// What the model and a tool print reaches the screen escaped: an OSC 52 sequence (it
+/// would write the user's clipboard) and bidi and zero-width characters are shown as
+/// `\u{…}`, in the reply, the tool's output and the approval prompt, and no cell holds
+/// an ESC, BEL or bidi control.
+#[test]
+fn escape_sequences_and_bidi_text_from_the_model_and_tools_are_drawn_escaped() {
+    let osc52 = "\x1b]52;c;aGk=\x07";
+    let mut a = app(ApprovalMode::Ask);
+    a.user_turn("show it".into());
+    a.on_core(Event::TurnStarted { turn: 1 });
+    a.on_core(Event::AssistantMessage {
+        turn: 1,
+        text: format!("Copied{osc52} done. Open `invoice\u{202e}fdp.exe`\u{200b}.\n<bash>\ncmd: cat notes\n</bash>"),
+    });
+    bash_call(&mut a, "1.1", "cat notes");
+    a.on_core(Event::ToolCallEnd {
+        call_id: "1.1".into(),
+        tool: "bash".into(),
+        exit_code: Some(0),
+        observation: format!("<bash_output>\nout{osc52}put\r\u{2066}isolated\u{2069}\n</bash_output>"),
+        duration_ms: 100,
+        timed_out: false,
+    });
+    a.on_core(Event::ApprovalRequest {
+        call_id: "1.2".into(),
+        tool: "bash".into(),
+        args: json!({ "cmd": format!("printf '{osc52}'") }),
+        reason: None,
+    });
+    let b = screen(&mut a, 100, 20);
+    let t = text_of(&b);
+    assert!(t.contains("Copied\\u{1b}]52;c;aGk=\\u{7} done"), "{t}");
+    assert!(t.contains("invoice\\u{202e}fdp.exe") && t.contains("\\u{200b}"), "{t}");
+    assert!(t.contains("out\\u{1b}]52;c;aGk=\\u{7}put\\u{d}\\u{2066}isolated\\u{2069}"), "{t}");
+    assert!(t.contains("run `printf '\\u{1b}]52;c;aGk=\\u{7}'`"), "{t}");
+    let raw: String = b.buffer().content().iter().map(|c| c.symbol()).collect();
+    assert!(!raw.chars().any(super::sanitize::is_unsafe), "a control or bidi character reached a cell");
+    assert_snapshot!("escaped_control_and_bidi_text", b);
+}

@@ -54,7 +54,7 @@ pub fn sessions_dir() -> Result<PathBuf, StoreError> {
     dirs::data_dir().map(|d| d.join("agent").join("sessions")).ok_or(StoreError::NoDataDir)
 }
 
-/// Where the checkpoints of session `id` are kept (a shadow git repository).
+/// Where the checkpoints of session `id` are kept (blobs and manifests, see `checkpoints`).
 pub fn checkpoints_dir(id: &str) -> Option<PathBuf> {
     dirs::data_dir().map(|d| d.join("agent").join("checkpoints").join(id))
 }

@@ -257,6 +257,20 @@ mod tests {
         KeyEvent::new(code, KeyModifiers::NONE)
     }
 
+    /// A project's text that hides what it does behind bidi and zero-width characters
+    /// (the command reads `rm -rf ~` reversed on a terminal) is shown escaped.
+    #[test]
+    fn bidi_and_control_characters_in_project_text_are_shown_escaped() {
+        let mut p = hostile();
+        p.items[2].1 =
+            "hook on SessionStart: runs `echo safe \u{202e}~ fr- mr\u{202c}\u{200b}\x1b]52;c;aGk=\x07`".into();
+        let b = screen(&TrustDialog::new(p));
+        let text = b.to_string();
+        assert!(text.contains("echo safe \\u{202e}~ fr- mr\\u{202c}\\u{200b}\\u{1b}]52;c;aGk=\\u{7}"), "{text}");
+        let raw: String = b.buffer().content().iter().map(|c| c.symbol()).collect();
+        assert!(!raw.chars().any(crate::sanitize::is_unsafe), "a bidi or control character reached a cell");
+    }
+
     #[test]
     fn the_dialog_lists_what_the_project_asks_for() {
         let d = TrustDialog::new(hostile());

@@ -10,6 +10,7 @@ use serde_json::Value;
 use unicode_width::UnicodeWidthChar;
 
 use super::app::{App, ContainerState};
+use super::sanitize::escape;
 use super::wrap::truncate;
 
 /// The most composer lines shown at once.
@@ -46,7 +47,9 @@ fn composer_rows(app: &App, width: usize) -> (Vec<String>, (usize, usize)) {
         let first = rows.len();
         let mut cur = String::new();
         let mut w = 0;
-        for c in line.chars() {
+        // A pasted control or bidi character (zero width: the cursor does not move) is
+        // not sent to the terminal.
+        for c in line.chars().filter(|c| !super::sanitize::is_unsafe(*c)) {
             let cw = c.width().unwrap_or(0);
             if w + cw > width {
                 rows.push(std::mem::take(&mut cur));
@@ -105,9 +108,11 @@ fn draw_popup(frame: &mut Frame<'_>, app: &App, main: Rect) {
         return;
     }
     let area = Rect { x: main.x, y: main.bottom() - height, width: main.width, height };
-    let name_width = popup.items.iter().map(|(n, _)| n.len()).max().unwrap_or(0) + 2;
-    let lines: Vec<Line<'_>> = popup
-        .items
+    // Items come from project files, saved sessions and the model: drawn escaped.
+    let items: Vec<(String, String)> =
+        popup.items.iter().map(|(n, h)| (escape(n).into_owned(), escape(h).into_owned())).collect();
+    let name_width = items.iter().map(|(n, _)| n.len()).max().unwrap_or(0) + 2;
+    let lines: Vec<Line<'_>> = items
         .iter()
         .enumerate()
         .map(|(i, (name, help))| {
@@ -142,11 +147,13 @@ fn draw_approval(frame: &mut Frame<'_>, app: &App, area: Rect) {
         (tool, args) => format!("{tool} {args}"),
     };
     let inner_width = usize::from(area.width.saturating_sub(4));
-    let what = truncate(&what.replace('\n', " ⏎ "), inner_width);
+    // The model wrote the command: drawn escaped, never sent to the terminal as is.
+    let what = truncate(&escape(&what.replace('\n', " ⏎ ")), inner_width);
+    let tool = escape(&p.tool);
     let key = |k: &'static str| Span::styled(k, Style::new().fg(Color::Yellow).add_modifier(Modifier::BOLD));
     let title = match &p.reason {
-        Some(reason) => format!(" allow {}? ({}) ", p.tool, truncate(reason, inner_width.saturating_sub(20))),
-        None => format!(" allow {}? ", p.tool),
+        Some(reason) => format!(" allow {tool}? ({}) ", truncate(&escape(reason), inner_width.saturating_sub(20))),
+        None => format!(" allow {tool}? "),
     };
     let lines = vec![
         Line::from(Span::styled(what, Style::new().add_modifier(Modifier::BOLD))),
@@ -156,7 +163,7 @@ fn draw_approval(frame: &mut Frame<'_>, app: &App, area: Rect) {
             key("n"),
             Span::raw(" no  "),
             key("a"),
-            Span::raw(format!(" always {}  ", p.tool)),
+            Span::raw(format!(" always {tool}  ")),
             Span::styled("Esc interrupts", Style::new().fg(Color::DarkGray)),
         ]),
     ];
@@ -232,9 +239,9 @@ fn draw_status(frame: &mut Frame<'_>, app: &App, area: Rect) {
     let width = usize::from(area.width);
     let mut spans = Vec::new();
     if let Some(hint) = &app.hint {
-        spans.push(Span::styled(format!("{hint}  "), Style::new().fg(Color::Yellow)));
+        spans.push(Span::styled(format!("{}  ", escape(hint)), Style::new().fg(Color::Yellow)));
     }
     let used: usize = spans.iter().map(|s| s.width()).sum();
-    spans.push(Span::styled(truncate(&text, width.saturating_sub(used)), Style::new().fg(Color::DarkGray)));
+    spans.push(Span::styled(truncate(&escape(&text), width.saturating_sub(used)), Style::new().fg(Color::DarkGray)));
     frame.render_widget(Paragraph::new(Line::from(spans)), area);
 }

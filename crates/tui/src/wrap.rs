@@ -5,6 +5,8 @@ use ratatui::style::Style;
 use ratatui::text::{Line, Span};
 use unicode_width::UnicodeWidthChar;
 
+use super::sanitize;
+
 /// Display width of a character; control characters count as zero.
 fn char_width(c: char) -> usize {
     c.width().unwrap_or(0)
@@ -61,8 +63,9 @@ pub fn wrap_line(line: &Line<'_>, width: usize) -> Vec<Line<'static>> {
     let mut floor = 0usize;
     for span in &line.spans {
         let style = line.style.patch(span.style);
-        for c in span.content.chars() {
-            let c = if c == '\t' { ' ' } else { c };
+        // Control, bidi and zero-width characters are drawn escaped (`\u{1b}`): this is
+        // where text from the model, tools and project files becomes screen lines.
+        for c in span.content.chars().flat_map(|c| sanitize::shown(if c == '\t' { ' ' } else { c })) {
             let cw = char_width(c);
             // A space that overflows ends the line and is dropped.
             if c == ' ' && cur_w + cw > width && cur.len() > floor {

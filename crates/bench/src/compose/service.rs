@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use serde_yaml::Value;
 
-use super::{envfile, mounts, ports, substitute, Bad, BadReason, ComposePaths, Dialect, HealthCheck, ImageSource};
+use super::{envfile, mounts, ports, substitute, Bad, BadReason, ComposePaths, Dialect, HealthCheck};
 use super::{Service, TaskError};
 
 /// Service keys a trial honours.
@@ -88,7 +88,7 @@ pub(super) fn parse_service(
             found.ignored.push(format!("services.{name}.{key}"));
         }
     }
-    let mut service = Service::new(name, image_of(body, ctx, bad)?);
+    let mut service = Service::new(name, super::build::image_of(body, ctx, bad)?);
     service.command = argv(body.get("command"), "command", bad, |s| vec!["sh".into(), "-c".into(), s.to_string()])?;
     let entrypoint = argv(body.get("entrypoint"), "entrypoint", bad, split_words)?;
     if agent && entrypoint.is_some() {
@@ -145,26 +145,6 @@ pub(super) fn parse_service(
     service.hostname = scalar(body.get("hostname"), "hostname", bad)?;
     service.extra_hosts = extra_hosts(body.get("extra_hosts"), bad)?;
     Ok(service)
-}
-
-fn image_of(body: &Value, ctx: &Ctx, bad: Bad) -> Result<ImageSource, TaskError> {
-    let dir = ctx.paths.dir;
-    Ok(match body.get("build") {
-        Some(Value::String(context)) => {
-            let context = dir.join(ctx.sub(context));
-            ImageSource::Build { dockerfile: context.join("Dockerfile"), context }
-        }
-        Some(b @ Value::Mapping(_)) => {
-            let context = dir.join(ctx.sub(b.get("context").and_then(Value::as_str).unwrap_or(".")));
-            let file = ctx.sub(b.get("dockerfile").and_then(Value::as_str).unwrap_or("Dockerfile"));
-            ImageSource::Build { dockerfile: context.join(file), context }
-        }
-        Some(_) => return Err(bad("build", "expected a path or a mapping with `context` and `dockerfile`")),
-        None => match body.get("image").and_then(Value::as_str) {
-            Some(img) if !img.contains("${") => ImageSource::Named(img.to_string()),
-            _ => return Err(bad("build", "a service needs `build` or a literal `image`")),
-        },
-    })
 }
 
 /// A command or entrypoint: a list as is, a string through `from_string`.

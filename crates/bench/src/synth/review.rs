@@ -3,6 +3,8 @@
 //! validated again; an approved one is checked for near-duplicates and lands in
 //! `tasks/` (then calibration, when the plan has it).
 
+use std::path::Path;
+
 use serde::{Deserialize, Serialize};
 
 use super::build::{summary, Built};
@@ -97,9 +99,11 @@ pub async fn run(ctx: &SynthCtx, item: &Item) -> RoleOutput {
             tokens: tokens.review,
         };
     }
-    let verdict = match std::fs::read_to_string(&verdict_file) {
-        Err(_) => return reject("the reviewer wrote no decision to /review/verdict.json".into()),
-        Ok(text) => match ReviewVerdict::parse(&text) {
+    // Read with no-follow beneath its folder: the reviewer wrote it and may have left a link.
+    let verdict = match agent_sandbox::read_confined(&verdict_dir, Path::new("verdict.json"), 1 << 20, "/review") {
+        Ok(None) => return reject("the reviewer wrote no decision to /review/verdict.json".into()),
+        Err(e) => return reject(format!("the reviewer's /review/verdict.json is unreadable: {e}")),
+        Ok(Some(bytes)) => match ReviewVerdict::parse(&String::from_utf8_lossy(&bytes)) {
             Ok(v) => v,
             Err(e) => return reject(format!("the reviewer's /review/verdict.json is unreadable: {e}")),
         },
@@ -123,7 +127,12 @@ pub async fn run(ctx: &SynthCtx, item: &Item) -> RoleOutput {
     // Accepting is one at a time: two near-identical tasks approved together must not
     // both pass the duplicate check.
     let mut accepted = ctx.accepted.lock().await;
-    let instruction = std::fs::read_to_string(built.draft.join("instruction.md")).unwrap_or_default();
+    // Read beneath the draft with no-follow: the model wrote it.
+    let instruction = agent_sandbox::read_confined(&built.draft, Path::new("instruction.md"), 1 << 20, "the draft")
+        .ok()
+        .flatten()
+        .map(|b| String::from_utf8_lossy(&b).into_owned())
+        .unwrap_or_default();
     let print = Fingerprint::of_task(&built.name, &built.draft, &instruction);
     let near = {
         let known: Vec<Fingerprint> = ctx.seeds.iter().chain(accepted.iter()).cloned().collect();

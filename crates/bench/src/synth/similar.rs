@@ -17,11 +17,9 @@ impl Fingerprint {
     /// The task in `dir` (either layout): its instruction and every file under `tests/`.
     pub fn of_task(name: &str, dir: &Path, instruction: &str) -> Self {
         let mut tests = String::new();
-        for p in crate::validate::checks::files_under(&dir.join("tests"), &[]) {
-            if let Ok(t) = std::fs::read_to_string(&p) {
-                tests.push_str(&t);
-                tests.push('\n');
-            }
+        for t in crate::validate::files::texts_under(&dir.join("tests"), &[]) {
+            tests.push_str(&t);
+            tests.push('\n');
         }
         Self { name: name.to_string(), instruction: shingles(instruction), tests: shingles(&tests) }
     }

@@ -46,7 +46,7 @@ pub fn short_name(test: &str) -> String {
 /// The names of the pytest test functions in the `.py` files of `tests_dir`.
 pub fn test_functions(tests_dir: &Path) -> Vec<String> {
     let mut out = Vec::new();
-    for text in files_under(tests_dir, &["py"]).iter().map(|p| std::fs::read_to_string(p).unwrap_or_default()) {
+    for text in super::files::texts_under(tests_dir, &["py"]) {
         for line in text.lines() {
             let line = line.trim_start();
             let rest = line.strip_prefix("def ").or_else(|| line.strip_prefix("async def "));
@@ -57,26 +57,6 @@ pub fn test_functions(tests_dir: &Path) -> Vec<String> {
             }
         }
     }
-    out
-}
-
-/// The files under `dir`, at any depth, sorted; only those with one of `exts` unless it
-/// is empty.
-pub fn files_under(dir: &Path, exts: &[&str]) -> Vec<std::path::PathBuf> {
-    let mut out = Vec::new();
-    let mut stack = vec![dir.to_path_buf()];
-    while let Some(d) = stack.pop() {
-        let Ok(entries) = std::fs::read_dir(&d) else { continue };
-        for e in entries.flatten() {
-            let p = e.path();
-            if p.is_dir() {
-                stack.push(p);
-            } else if exts.is_empty() || p.extension().is_some_and(|x| exts.iter().any(|e| x == *e)) {
-                out.push(p);
-            }
-        }
-    }
-    out.sort();
     out
 }
 
@@ -148,10 +128,8 @@ fn harness_file(name: &str) -> bool {
 pub fn file_mismatches(instruction: &str, tests_dir: &Path) -> Vec<String> {
     let asked: BTreeSet<String> = named_files(instruction).into_iter().filter(|f| !harness_file(f)).collect();
     let mut checked = BTreeSet::new();
-    for p in files_under(tests_dir, &[]) {
-        if let Ok(text) = std::fs::read_to_string(&p) {
-            checked.extend(named_files(&text).into_iter().filter(|f| !harness_file(f)));
-        }
+    for text in super::files::texts_under(tests_dir, &[]) {
+        checked.extend(named_files(&text).into_iter().filter(|f| !harness_file(f)));
     }
     let mut out = Vec::new();
     let unchecked: Vec<&String> = asked.difference(&checked).collect();

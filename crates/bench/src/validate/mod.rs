@@ -10,6 +10,7 @@
 //! validates runs the same way under `agent bench` and `agent train`.
 
 pub mod checks;
+pub mod files;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;

@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use serde::{Deserialize, Serialize};
+use url::{Host, Url};
 
 use super::McpError;
 
@@ -44,8 +45,58 @@ pub struct McpServerConfig {
 pub enum McpTransport {
     /// `argv` run in the sandbox, `env` as `KEY=VALUE`.
     Stdio { argv: Vec<String>, env: Vec<String> },
-    /// A streamable HTTP endpoint.
-    Http { url: String, headers: Vec<(String, String)> },
+    /// A streamable HTTP endpoint, parsed once: the trust decision and the connection
+    /// both use this value, so they cannot disagree about where it leads.
+    Http { url: Url, headers: Vec<(String, String)> },
+}
+
+impl McpTransport {
+    /// Whether an HTTP endpoint names the sandbox container (`localhost`, `127.0.0.1`
+    /// or `::1`, as the URL parser reads the host); every other host is this computer's
+    /// business and needs the user's trust. Stdio servers always run in the sandbox.
+    pub fn in_sandbox(&self) -> bool {
+        match self {
+            McpTransport::Stdio { .. } => true,
+            McpTransport::Http { url, .. } => is_sandbox_host(url),
+        }
+    }
+}
+
+/// Whether `url`'s parsed host is the sandbox's loopback (`localhost`, `127.0.0.1`, `::1`).
+pub fn is_sandbox_host(url: &Url) -> bool {
+    match url.host() {
+        Some(Host::Domain(d)) => d == "localhost",
+        Some(Host::Ipv4(ip)) => ip == std::net::Ipv4Addr::LOCALHOST,
+        Some(Host::Ipv6(ip)) => ip == std::net::Ipv6Addr::LOCALHOST,
+        None => false,
+    }
+}
+
+/// `raw` parsed as an MCP endpoint, or why it is refused. Spellings that parsers read
+/// differently (a backslash, credentials before an `@`) are refused outright rather
+/// than interpreted: what the user is shown must be where the connection goes.
+pub fn parse_endpoint(raw: &str) -> Result<Url, String> {
+    if raw.contains('\\') {
+        return Err(format!(
+            "`url` `{raw}` contains a backslash, which URL parsers read differently; write the URL with `/` only"
+        ));
+    }
+    if raw.chars().any(|c| c.is_control() || c.is_whitespace()) {
+        return Err(format!("`url` `{}` contains spaces or control characters", raw.escape_debug()));
+    }
+    let url = Url::parse(raw).map_err(|e| format!("`url` `{raw}` is not a valid URL: {e}"))?;
+    if !matches!(url.scheme(), "http" | "https") {
+        return Err(format!("`url` must start with http:// or https:// (got `{raw}`)"));
+    }
+    if !url.username().is_empty() || url.password().is_some() {
+        return Err(format!(
+            "`url` `{raw}` has a user name or password before `@`; put credentials in `headers` instead"
+        ));
+    }
+    if url.host().is_none() {
+        return Err(format!("`url` `{raw}` names no host"));
+    }
+    Ok(url)
 }
 
 impl McpServerConfig {
@@ -65,11 +116,10 @@ impl McpServerConfig {
                 argv.extend(self.args.iter().cloned());
                 Ok(McpTransport::Stdio { argv, env: self.env.iter().map(|(k, v)| format!("{k}={v}")).collect() })
             }
-            (_, None, Some(url)) if url.starts_with("http://") || url.starts_with("https://") => Ok(McpTransport::Http {
-                url: url.clone(),
+            (_, None, Some(raw)) => Ok(McpTransport::Http {
+                url: parse_endpoint(raw).map_err(bad)?,
                 headers: self.headers.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
             }),
-            (_, None, Some(url)) => Err(bad(format!("`url` must start with http:// or https:// (got `{url}`)"))),
             (_, None, None) => Err(bad("neither `command` nor `url` is set".into())),
         }
     }
@@ -138,6 +188,46 @@ mod tests {
         let none = McpServerConfig { url: None, ..cfg["web"].clone() };
         assert!(none.transport("n").unwrap_err().to_string().contains("neither `command` nor `url`"));
         assert!(valid_server_name("my-server_2") && !valid_server_name("a__b") && !valid_server_name("a b"));
+    }
+
+    fn endpoint(url: &str) -> Result<McpTransport, String> {
+        let cfg = McpServerConfig { url: Some(url.into()), ..toml::from_str("").unwrap() };
+        cfg.transport("docs").map_err(|e| e.to_string())
+    }
+
+    /// The spellings of the report: each is refused, or classified on the host that the
+    /// connection will use.
+    #[test]
+    fn urls_are_refused_or_classified_on_the_parsed_host() {
+        for (url, why) in [
+            ("http://127.0.0.2:9\\@localhost/mcp", "backslash"),
+            ("http://x@127.0.0.2:9/mcp", "user name or password"),
+            ("http://x:y@localhost:9/mcp", "user name or password"),
+            ("http://:y@localhost:9/mcp", "user name or password"),
+            ("ftp://localhost/mcp", "http:// or https://"),
+            ("file:///etc/passwd", "http:// or https://"),
+            ("http://local\thost:9/", "control characters"),
+            ("http://", "not a valid URL"),
+        ] {
+            let err = endpoint(url).unwrap_err();
+            assert!(err.contains("MCP server `docs`") && err.contains(why), "{url}: {err}");
+        }
+        for (url, sandbox, host) in [
+            ("http://localhost:9/mcp", true, "localhost"),
+            ("http://LOCALHOST:9/mcp", true, "localhost"),
+            ("http://127.0.0.1:9/mcp", true, "127.0.0.1"),
+            ("http://[::1]:9/mcp", true, "[::1]"),
+            ("http://127.0.0.2:9#@localhost/", false, "127.0.0.2"),
+            ("http://127.0.0.2:9?@localhost/", false, "127.0.0.2"),
+            ("http://127.0.0.2:9/@localhost/mcp", false, "127.0.0.2"),
+            ("http://localhost.evil.example/mcp", false, "localhost.evil.example"),
+            ("http://169.254.169.254/mcp", false, "169.254.169.254"),
+        ] {
+            let t = endpoint(url).unwrap();
+            assert_eq!(t.in_sandbox(), sandbox, "{url}");
+            let McpTransport::Http { url: parsed, .. } = t else { panic!("{url}") };
+            assert_eq!(parsed.host_str(), Some(host), "{url}");
+        }
     }
 
     #[test]

@@ -11,6 +11,7 @@ use futures_util::StreamExt;
 use reqwest::{Method, RequestBuilder, Response, StatusCode};
 use serde_json::{json, Value};
 use tokio::task::JoinHandle;
+use url::Url;
 
 use super::rpc::note_notification;
 use super::sse::SseDecoder;
@@ -37,7 +38,7 @@ pub enum HttpError {
 /// What the requests and the listener for the server's own messages share.
 struct Endpoint {
     client: reqwest::Client,
-    url: String,
+    url: Url,
     headers: Vec<(String, String)>,
     session: Mutex<Option<String>>,
     version: Mutex<Option<String>>,
@@ -57,9 +58,12 @@ impl HttpRpc {
     /// A client of `url`; `headers` go with every request (a `Host` among them is the
     /// authority the server checks, when the URL names an address instead);
     /// `tools_changed` is set when the server says that its tools changed.
-    pub fn new(url: String, headers: Vec<(String, String)>, tools_changed: Arc<AtomicBool>) -> Result<Self, String> {
+    pub fn new(url: Url, headers: Vec<(String, String)>, tools_changed: Arc<AtomicBool>) -> Result<Self, String> {
         let client = reqwest::Client::builder()
             .connect_timeout(Duration::from_secs(10))
+            // A redirect would take the connection somewhere the trust decision never
+            // saw (a server in the sandbox could send this computer anywhere).
+            .redirect(reqwest::redirect::Policy::none())
             .build()
             .map_err(|e| format!("cannot make an HTTP client: {e}"))?;
         let endpoint =
@@ -219,7 +223,7 @@ impl Endpoint {
     /// A request with the configured headers, the session id and the protocol
     /// version; the session id it carries.
     fn request(&self, method: Method) -> (RequestBuilder, Option<String>) {
-        let mut req = self.client.request(method, &self.url);
+        let mut req = self.client.request(method, self.url.clone());
         for (k, v) in &self.headers {
             req = req.header(k.as_str(), v.as_str());
         }
@@ -246,7 +250,7 @@ impl Endpoint {
             return Ok(resp);
         }
         if let (StatusCode::NOT_FOUND, Some(session)) = (status, session) {
-            return Err(HttpError::SessionExpired { url: self.url.clone(), session });
+            return Err(HttpError::SessionExpired { url: self.url.to_string(), session });
         }
         let body = resp.text().await.unwrap_or_default();
         Err(HttpError::Failed(format!(

@@ -27,11 +27,15 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use serde_json::{json, Map, Value};
+use url::Url;
 
 use crate::tools::{ToolSpec, ToolSpecs};
 use agent_sandbox::Sandbox;
 
-pub use config::{parse_mcp_json, read_mcp_json, valid_server_name, McpServerConfig, McpTransport, PROJECT_MCP_FILE};
+pub use config::{
+    is_sandbox_host, parse_endpoint, parse_mcp_json, read_mcp_json, valid_server_name, McpServerConfig, McpTransport,
+    PROJECT_MCP_FILE,
+};
 pub use tools::{identifier, result_text, tool_spec};
 
 use http::HttpRpc;
@@ -264,7 +268,7 @@ async fn start_server(sandbox: &Sandbox, name: &str, cfg: &McpServerConfig, defa
         }
         McpTransport::Http { url, headers } => {
             server.transport = format!("http: {url}");
-            let (url, headers) = match in_sandbox(sandbox, &url, headers).await {
+            let (url, headers) = match in_sandbox(sandbox, url, headers).await {
                 Ok(x) => x,
                 Err(e) => return server.fail(e),
             };
@@ -277,26 +281,61 @@ async fn start_server(sandbox: &Sandbox, name: &str, cfg: &McpServerConfig, defa
     server.start().await
 }
 
-/// An HTTP server's URL as the sandbox sees it: `localhost` (and `127.0.0.1`) is the
+/// An HTTP server's URL as the sandbox sees it: `localhost` (`127.0.0.1`, `::1`) is the
 /// sandbox container, reached at its address with the original authority as `Host`.
+/// The parsed URL is changed in place (its host only), never re-read from text, so the
+/// connection goes where the trust decision saw it go.
 async fn in_sandbox(
     sandbox: &Sandbox,
-    url: &str,
+    url: Url,
     mut headers: Vec<(String, String)>,
-) -> Result<(String, Vec<(String, String)>), String> {
-    let Some((scheme, rest)) = url.split_once("://") else { return Ok((url.to_string(), headers)) };
-    let authority = rest.split('/').next().unwrap_or_default();
-    let host = authority.rsplit_once(':').map_or(authority, |(h, _)| h);
-    if !matches!(host, "localhost" | "127.0.0.1" | "[::1]") {
-        return Ok((url.to_string(), headers));
+) -> Result<(Url, Vec<(String, String)>), String> {
+    if !is_sandbox_host(&url) {
+        return Ok((url, headers));
     }
     let ip = sandbox.ip_address().await.ok_or_else(|| {
         "the sandbox has no network address (is its network off?), so its localhost cannot be reached".to_string()
     })?;
-    let port = authority.rsplit_once(':').map(|(_, p)| format!(":{p}")).unwrap_or_default();
-    let path = &rest[authority.len()..];
+    let url = sandbox_address(url, &ip, &mut headers)?;
+    Ok((url, headers))
+}
+
+/// `url` (whose host is the sandbox's loopback) pointed at the container's address
+/// `ip`; its authority goes into `headers` as `Host` unless one is set.
+fn sandbox_address(mut url: Url, ip: &str, headers: &mut Vec<(String, String)>) -> Result<Url, String> {
+    let authority = match (url.host_str(), url.port()) {
+        (Some(h), Some(p)) => format!("{h}:{p}"),
+        (Some(h), None) => h.to_string(),
+        (None, _) => return Err("the URL names no host".into()),
+    };
+    let addr: std::net::IpAddr =
+        ip.parse().map_err(|e| format!("the sandbox's address `{ip}` is not an IP address: {e}"))?;
+    url.set_ip_host(addr).map_err(|()| format!("cannot point {url} at the sandbox's address {ip}"))?;
     if !headers.iter().any(|(k, _)| k.eq_ignore_ascii_case("host")) {
-        headers.push(("host".into(), authority.to_string()));
+        headers.push(("host".into(), authority));
     }
-    Ok((format!("{scheme}://{ip}{port}{path}"), headers))
+    Ok(url)
+}
+
+#[cfg(test)]
+mod address_tests {
+    use super::*;
+
+    /// The sandbox's loopback becomes the container's address by changing the parsed
+    /// host alone: path, query and port stay, the original authority goes as `Host`.
+    #[test]
+    fn the_sandbox_address_replaces_only_the_host() {
+        for (raw, host) in [("http://localhost:8000/mcp?a=1", "localhost:8000"), ("http://[::1]/mcp", "[::1]")] {
+            let mut headers = Vec::new();
+            let url = sandbox_address(Url::parse(raw).unwrap(), "172.17.0.5", &mut headers).unwrap();
+            assert_eq!(url.host_str(), Some("172.17.0.5"), "{raw}");
+            assert_eq!(url.path(), "/mcp");
+            assert_eq!(url.port(), Url::parse(raw).unwrap().port());
+            assert_eq!(headers, vec![("host".to_string(), host.to_string())]);
+        }
+        let mut headers = vec![("Host".to_string(), "mcp.local".to_string())];
+        sandbox_address(Url::parse("http://localhost/").unwrap(), "fd00::5", &mut headers).unwrap();
+        assert_eq!(headers.len(), 1, "a Host the user set is kept");
+        assert!(sandbox_address(Url::parse("http://localhost/").unwrap(), "not an ip", &mut Vec::new()).is_err());
+    }
 }

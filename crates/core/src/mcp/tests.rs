@@ -40,7 +40,7 @@ async fn http_hub(url: &str) -> McpHub {
     let mut server = Server::new("srv", TIMEOUT);
     server.transport = format!("http: {url}");
     server.conn =
-        Some(Connection::Http(HttpRpc::new(url.to_string(), Vec::new(), server.tools_changed.clone()).unwrap()));
+        Some(Connection::Http(HttpRpc::new(url.parse().unwrap(), Vec::new(), server.tools_changed.clone()).unwrap()));
     McpHub::of(vec![server.start().await])
 }
 

@@ -4,13 +4,11 @@
 //! something off it (or loosen the sandbox); the rest (limits, tool format, prompt text,
 //! servers that run inside the sandbox) is applied without asking.
 
-use std::collections::BTreeMap;
-
 use serde::{Deserialize, Serialize};
 
-use crate::config::{Config, SandboxSettings};
+use crate::config::{Config, EpisodeLimits, SandboxSettings};
 use crate::hooks::HookSettings;
-use crate::mcp::{McpServerConfig, McpTransport};
+use crate::mcp::{McpError, McpServerConfig, McpTransport};
 use agent_llm::ModelSpec;
 
 use super::files::{ProjectFile, ProjectFiles, MCP_FILE};
@@ -118,6 +116,8 @@ fn shown(text: &str) -> String {
         flush(&mut out, &mut spaces);
         if c.is_control() {
             out.extend(c.escape_default());
+        } else if invisible(c) {
+            out.push_str(&format!("\\u{{{:x}}}", u32::from(c)));
         } else {
             out.push(c);
         }
@@ -132,9 +132,21 @@ fn shown(text: &str) -> String {
     out
 }
 
+/// Characters that print nothing yet change what the text around them looks like:
+/// zero-width ones and the bidirectional overrides and isolates that can show
+/// `rm -rf ~` as something harmless.
+fn invisible(c: char) -> bool {
+    matches!(c, '\u{200B}'..='\u{200F}' | '\u{202A}'..='\u{202E}' | '\u{2060}'..='\u{2064}' | '\u{2066}'..='\u{2069}' | '\u{FEFF}')
+}
+
 /// Everything the project's files ask for; `user` is the user's own configuration (what
 /// the project's settings are compared with).
 pub fn project_asks(files: &ProjectFiles, user: &Config) -> Vec<Ask> {
+    asks_of(files, user, "your own config")
+}
+
+/// [`project_asks`], `user_file` naming the user's config file in refusals.
+pub(crate) fn asks_of(files: &ProjectFiles, user: &Config, user_file: &str) -> Vec<Ask> {
     let mut asks = Vec::new();
     for r in &files.refused {
         asks.push(Ask::new(
@@ -146,7 +158,7 @@ pub fn project_asks(files: &ProjectFiles, user: &Config) -> Vec<Ask> {
         ));
     }
     if let Some(file) = &files.config {
-        config_asks(file, user, &mut asks);
+        config_asks(file, user, user_file, &mut asks);
     }
     for file in &files.settings {
         hook_asks(file, &mut asks);
@@ -155,7 +167,12 @@ pub fn project_asks(files: &ProjectFiles, user: &Config) -> Vec<Ask> {
         match crate::mcp::parse_mcp_json(&file.text, &files.root.join(MCP_FILE)) {
             Ok(servers) => {
                 for (name, cfg) in &servers {
-                    asks.push(mcp_ask(&file.rel, name, cfg, Target::McpJson(name.to_string())));
+                    let target = Target::McpJson(name.to_string());
+                    asks.push(if user.mcp_servers.contains_key(name) {
+                        shadow_ask(&file.rel, name, user_file, target)
+                    } else {
+                        mcp_ask(&file.rel, name, cfg, target)
+                    });
                 }
             }
             Err(e) => asks.push(invalid(file, e.to_string())),
@@ -201,7 +218,7 @@ fn key(parts: &[&str]) -> Target {
     Target::ConfigKey(parts.iter().map(|p| p.to_string()).collect())
 }
 
-fn config_asks(file: &ProjectFile, user: &Config, asks: &mut Vec<Ask>) {
+fn config_asks(file: &ProjectFile, user: &Config, user_file: &str, asks: &mut Vec<Ask>) {
     let table: toml::Table = match toml::from_str(&file.text) {
         Ok(t) => t,
         Err(e) => return asks.push(invalid(file, e.to_string())),
@@ -215,7 +232,11 @@ fn config_asks(file: &ProjectFile, user: &Config, asks: &mut Vec<Ask>) {
     if let Some(spec) = &project.model {
         let (text, sends, trust) = match ModelSpec::parse(spec) {
             Ok(ModelSpec::Default | ModelSpec::Builtin(_)) => (format!("model: {spec} (built in)"), None, false),
-            Ok(ModelSpec::Scripted(_)) => (format!("model: {spec} (replies read from a file)"), None, false),
+            // The replies file may be any file of this computer, and its text is then
+            // written into the session as the model's words.
+            Ok(ModelSpec::Scripted(_)) => {
+                (format!("model: {spec} — replies read from a file on this computer"), None, true)
+            }
             Ok(ModelSpec::OpenAi { base_url, .. }) => (
                 format!("model endpoint: {spec} — your prompts, the project's code and command output are sent to {base_url}"),
                 Some(base_url),
@@ -272,10 +293,8 @@ fn config_asks(file: &ProjectFile, user: &Config, asks: &mut Vec<Ask>) {
                 key(&["sandbox", "engines"]),
             ));
         }
-        for name in sandbox.keys().filter(|k| k.as_str() != "engines") {
-            if let Some(ask) = sandbox_ask(f, name, &project.sandbox, &user.sandbox) {
-                asks.push(ask);
-            }
+        for (name, value) in sandbox.iter().filter(|(k, _)| k.as_str() != "engines") {
+            asks.push(sandbox_ask(f, name, value, &project.sandbox, &user.sandbox));
         }
     }
     if let Some(toml::Value::Table(map)) = table.get("image_map") {
@@ -292,11 +311,27 @@ fn config_asks(file: &ProjectFile, user: &Config, asks: &mut Vec<Ask>) {
         }
     }
     for (name, cfg) in &project.mcp_servers {
-        asks.push(mcp_ask(f, name, cfg, key(&["mcp_servers", name])));
+        let target = key(&["mcp_servers", name]);
+        asks.push(if user.mcp_servers.contains_key(name) {
+            shadow_ask(f, name, user_file, target)
+        } else {
+            mcp_ask(f, name, cfg, target)
+        });
     }
     let mut limits: Vec<String> = Vec::new();
     if let Some(toml::Value::Table(episode)) = table.get("episode") {
-        limits.extend(episode.iter().map(|(k, v)| format!("{k} = {v}")));
+        for (k, v) in episode {
+            match raised(k, &project.episode, &user.episode) {
+                Some(yours) => asks.push(Ask::new(
+                    AskKind::Limits,
+                    f,
+                    format!("episode limit raised: {k} = {v} (yours: {yours}); only you can raise a limit"),
+                    true,
+                    key(&["episode", k]),
+                )),
+                None => limits.push(format!("{k} = {v}")),
+            }
+        }
     }
     if let Some(v) = table.get("tool_format") {
         limits.push(format!("tool_format = {v}"));
@@ -319,16 +354,41 @@ fn endpoint_of(spec: ModelSpec) -> Option<String> {
     }
 }
 
+/// The user's value of the episode limit `name` when the project's is higher (a
+/// looser limit needs trust); `None` when it is the same or tighter, or not a limit.
+fn raised(name: &str, p: &EpisodeLimits, u: &EpisodeLimits) -> Option<u64> {
+    let pick = |e: &EpisodeLimits| -> Option<u64> {
+        Some(match name {
+            "max_turns" => u64::from(e.max_turns),
+            "token_budget" => e.token_budget,
+            "wall_clock_secs" => e.wall_clock_secs,
+            "max_parse_failures" => u64::from(e.max_parse_failures),
+            "context_tokens" => e.context_tokens,
+            "max_reply_tokens" => u64::from(e.max_reply_tokens),
+            _ => return None,
+        })
+    };
+    let (mine, yours) = (pick(p)?, pick(u)?);
+    (mine > yours).then_some(yours)
+}
+
 /// One `[sandbox]` key of the project, compared with the user's value. Tighter limits
 /// and output settings apply freely; anything looser (or another image) needs trust.
-fn sandbox_ask(f: &str, name: &str, p: &SandboxSettings, u: &SandboxSettings) -> Option<Ask> {
+fn sandbox_ask(f: &str, name: &str, value: &toml::Value, p: &SandboxSettings, u: &SandboxSettings) -> Ask {
     let (text, trust) = match name {
         "image" => (
             format!("sandbox image: {} (yours: {}; it may be pulled from a registry)", p.image, u.image),
             p.image != u.image,
         ),
+        // off < allowlist < on: a project may only move down that order.
         "network" => {
-            (format!("sandbox network: {} (yours: {})", on_off(p.network), on_off(u.network)), p.network && !u.network)
+            (format!("sandbox network: {} (yours: {})", p.network, u.network), p.network.looser_than(u.network))
+        }
+        // Every host the user did not list opens the firewall further.
+        "allow_hosts" => {
+            let added = crate::sandbox_network::hosts_added(&p.allow_hosts, &u.allow_hosts);
+            let text = format!("sandbox network hosts: {} (added: {})", p.allow_hosts.join(", "), added.join(", "));
+            (text, !added.is_empty())
         }
         "cpus" => (format!("sandbox CPUs: {} (yours: {})", p.cpus, u.cpus), p.cpus > u.cpus),
         "memory_mb" => {
@@ -337,24 +397,28 @@ fn sandbox_ask(f: &str, name: &str, p: &SandboxSettings, u: &SandboxSettings) ->
         "pids_limit" => {
             (format!("sandbox processes: {} (yours: {})", p.pids_limit, u.pids_limit), p.pids_limit > u.pids_limit)
         }
-        "max_output_bytes" => (format!("command output kept: {} bytes", p.max_output_bytes), false),
-        "command_timeout_secs" => (format!("command timeout: {} s", p.command_timeout_secs), false),
-        _ => return None,
+        // Output is held in this computer's memory; a longer timeout keeps a runaway
+        // command going: only the user may raise either.
+        "max_output_bytes" => (
+            format!("command output kept: {} bytes (yours: {} bytes)", p.max_output_bytes, u.max_output_bytes),
+            p.max_output_bytes > u.max_output_bytes,
+        ),
+        "command_timeout_secs" => (
+            format!("command timeout: {} s (yours: {} s)", p.command_timeout_secs, u.command_timeout_secs),
+            p.command_timeout_secs > u.command_timeout_secs,
+        ),
+        // A setting not weighed here may loosen the sandbox: the user decides.
+        _ => (format!("sandbox setting: {name} = {value}"), true),
     };
-    Some(Ask::new(AskKind::Sandbox, f, text, trust, key(&["sandbox", name])))
+    Ask::new(AskKind::Sandbox, f, text, trust, key(&["sandbox", name]))
 }
 
-fn on_off(b: bool) -> &'static str {
-    if b {
-        "on"
-    } else {
-        "off"
-    }
-}
-
-/// A server run in the sandbox applies freely; one this computer connects to needs trust.
+/// A server run in the sandbox applies freely; one this computer connects to needs
+/// trust; one whose entry cannot be used (a URL that is refused) is named with its file.
 fn mcp_ask(f: &str, name: &str, cfg: &McpServerConfig, target: Target) -> Ask {
-    match cfg.transport(name) {
+    let transport = cfg.transport(name);
+    let in_sandbox = transport.as_ref().is_ok_and(McpTransport::in_sandbox);
+    match transport {
         Ok(McpTransport::Stdio { argv, .. }) => Ask::new(
             AskKind::McpServer,
             f,
@@ -362,7 +426,7 @@ fn mcp_ask(f: &str, name: &str, cfg: &McpServerConfig, target: Target) -> Ask {
             false,
             target,
         ),
-        Ok(McpTransport::Http { url, headers }) if sandbox_url(&url) => Ask::new(
+        Ok(McpTransport::Http { url, headers }) if in_sandbox => Ask::new(
             AskKind::McpServer,
             f,
             format!("MCP server `{name}`: {url} inside the sandbox{}", header_note(&headers)),
@@ -376,8 +440,27 @@ fn mcp_ask(f: &str, name: &str, cfg: &McpServerConfig, target: Target) -> Ask {
             true,
             target,
         ),
-        Err(e) => Ask::new(AskKind::McpServer, f, format!("MCP server `{name}`: {e}"), true, target),
+        Err(McpError::Config { reason, .. }) => {
+            Ask::new(AskKind::Refused, f, format!("MCP server `{name}` of {f} is refused: {reason}"), false, target)
+        }
+        Err(e) => Ask::new(AskKind::Refused, f, format!("MCP server `{name}` of {f} is refused: {e}"), false, target),
     }
+}
+
+/// A project server with the name of one of the user's: never merged into the user's
+/// entry (it would inherit the user's headers, a token among them); refused unless the
+/// project is trusted, and then it replaces the user's entry whole.
+fn shadow_ask(f: &str, name: &str, user_file: &str, target: Target) -> Ask {
+    Ask::new(
+        AskKind::Refused,
+        f,
+        format!(
+            "MCP server `{name}` of {f} has the name of your server `{name}` in {user_file}: it is refused \
+             (your own is used) unless you trust the project, and then it replaces yours whole"
+        ),
+        true,
+        target,
+    )
 }
 
 fn header_note(headers: &[(String, String)]) -> String {
@@ -387,19 +470,6 @@ fn header_note(headers: &[(String, String)]) -> String {
         let names: Vec<&str> = headers.iter().map(|(k, _)| k.as_str()).collect();
         format!(" (with the headers {})", names.join(", "))
     }
-}
-
-/// Whether an MCP URL names the sandbox (`localhost` there is the sandbox container).
-fn sandbox_url(url: &str) -> bool {
-    let rest = url.split_once("://").map_or(url, |(_, r)| r);
-    let authority = rest.split(['/', '?', '#']).next().unwrap_or_default();
-    let host = authority.rsplit_once('@').map_or(authority, |(_, h)| h);
-    let host = if host.starts_with('[') {
-        host.split(']').next().map(|h| format!("{h}]"))
-    } else {
-        host.split(':').next().map(str::to_string)
-    };
-    matches!(host.as_deref(), Some("localhost" | "127.0.0.1" | "[::1]"))
 }
 
 fn hook_asks(file: &ProjectFile, asks: &mut Vec<Ask>) {
@@ -420,14 +490,4 @@ fn hook_asks(file: &ProjectFile, asks: &mut Vec<Ask>) {
             Target::Hooks(file.rel.clone()),
         ));
     }
-}
-
-/// The servers of the project's `.mcp.json`, parsed (empty when it has none or it is
-/// invalid: [`project_asks`] reports that).
-pub(crate) fn mcp_json_servers(files: &ProjectFiles) -> BTreeMap<String, McpServerConfig> {
-    files
-        .mcp_json
-        .as_ref()
-        .and_then(|f| crate::mcp::parse_mcp_json(&f.text, &files.root.join(MCP_FILE)).ok())
-        .unwrap_or_default()
 }

@@ -3,11 +3,11 @@
 
 use std::collections::BTreeMap;
 
-use crate::config::{merge_tables, Config, UserConfig};
+use crate::config::{merge_project, Config, UserConfig};
 use crate::hooks::HookSettings;
 use crate::mcp::McpServerConfig;
 
-use super::asks::{mcp_json_servers, project_asks, Ask, AskKind, Target};
+use super::asks::{asks_of, Ask, AskKind, Target};
 use super::files::{ProjectFile, ProjectFiles};
 use super::ProjectError;
 
@@ -30,7 +30,9 @@ pub struct ProjectSettings {
     pub config: Config,
     /// The user's hooks, and the project's when it is trusted.
     pub hooks: HookSettings,
-    /// MCP servers: the config's and the project's `.mcp.json` (a name in both: the config's).
+    /// MCP servers: the user's, the project's `.mcp.json` and its config's (a name in
+    /// both of the project's files: the config's); a project's server of the name of
+    /// one of the user's replaces it whole, and only when the project is trusted.
     pub mcp_servers: BTreeMap<String, McpServerConfig>,
     /// The project's custom commands in use.
     pub commands: Vec<ProjectFile>,
@@ -43,15 +45,17 @@ pub struct ProjectSettings {
 }
 
 impl ProjectSettings {
-    /// The files refused, as lines for the user.
+    /// What was refused, as lines for the user (a refusal that trust lifts is not one
+    /// when the project is trusted).
     pub fn refused(&self) -> impl Iterator<Item = &Ask> {
-        self.asks.iter().filter(|a| a.kind == AskKind::Refused)
+        let trusted = self.apply == Apply::All;
+        self.asks.iter().filter(move |a| a.kind == AskKind::Refused && !(a.needs_trust && trusted))
     }
 }
 
 /// The user's settings with the project's laid over them as `apply` allows.
 pub fn assemble(user: &UserConfig, files: &ProjectFiles, apply: Apply) -> Result<ProjectSettings, ProjectError> {
-    assemble_asks(user, files, project_asks(files, &user.config), apply)
+    assemble_asks(user, files, asks_of(files, &user.config, &super::user_file(user)), apply)
 }
 
 /// [`assemble`] with what the files ask for already known (see [`super::Project::settings`]).
@@ -62,8 +66,9 @@ pub(crate) fn assemble_asks(
     apply: Apply,
 ) -> Result<ProjectSettings, ProjectError> {
     let dropped = |a: &Ask| match apply {
-        // A refused key is never applied, however much the project is trusted.
-        _ if a.kind == AskKind::Refused && matches!(a.target, Target::ConfigKey(_)) => true,
+        // A refused item is never applied, however much the project is trusted (unless
+        // trust is what it waits for).
+        _ if a.kind == AskKind::Refused && !a.needs_trust && a.target != Target::Nothing => true,
         Apply::All => false,
         Apply::SafeOnly => a.needs_trust,
         Apply::Nothing => true,
@@ -71,6 +76,7 @@ pub(crate) fn assemble_asks(
     let ignored: Vec<Ask> = asks.iter().filter(|a| a.kind != AskKind::Refused && dropped(a)).cloned().collect();
 
     let mut table = user.table.clone();
+    let mut config_servers: Vec<String> = Vec::new();
     let mut source = user.path.clone().unwrap_or_else(|| "the default configuration".into());
     if let (Some(file), false) = (&files.config, apply == Apply::Nothing) {
         let path = files.root.join(&file.rel);
@@ -81,7 +87,10 @@ pub(crate) fn assemble_asks(
                         remove_key(&mut project, key);
                     }
                 }
-                merge_tables(&mut table, project);
+                if let Some(toml::Value::Table(servers)) = project.get("mcp_servers") {
+                    config_servers = servers.keys().cloned().collect();
+                }
+                merge_project(&mut table, project);
                 source = path;
             }
             // Trusted, a broken file is the user's to fix; untrusted, it is not used
@@ -110,19 +119,23 @@ pub(crate) fn assemble_asks(
         }
     }
 
-    let mut mcp_servers = match (apply, &files.mcp_json) {
+    let mcp_json = match (apply, &files.mcp_json) {
         (Apply::Nothing, _) | (_, None) => BTreeMap::new(),
-        // Trusted: a broken `.mcp.json` is an error, as a broken config is.
-        (Apply::All, Some(f)) => crate::mcp::parse_mcp_json(&f.text, &files.root.join(&f.rel))?,
-        (Apply::SafeOnly, Some(_)) => {
-            let mut servers = mcp_json_servers(files);
-            servers.retain(|name, _| {
-                !asks.iter().any(|a| dropped(a) && matches!(&a.target, Target::McpJson(n) if n == name))
-            });
-            servers
-        }
+        (_, Some(f)) => match crate::mcp::parse_mcp_json(&f.text, &files.root.join(&f.rel)) {
+            Ok(servers) => servers,
+            // Trusted: a broken `.mcp.json` is an error, as a broken config is.
+            Err(e) if apply == Apply::All => return Err(e.into()),
+            Err(_) => BTreeMap::new(),
+        },
     };
-    mcp_servers.extend(config.mcp_servers.clone());
+    let mut mcp_servers = config.mcp_servers.clone();
+    for (name, server) in mcp_json {
+        let refused = asks.iter().any(|a| dropped(a) && matches!(&a.target, Target::McpJson(n) if *n == name));
+        if !refused && !config_servers.contains(&name) {
+            // Replaces a user's server of that name whole (its asks allowed that).
+            mcp_servers.insert(name, server);
+        }
+    }
     let commands = if apply == Apply::Nothing { Vec::new() } else { files.commands.clone() };
     Ok(ProjectSettings { config, hooks, mcp_servers, commands, asks, ignored, apply })
 }

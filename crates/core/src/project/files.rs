@@ -105,6 +105,18 @@ impl ProjectFiles {
         agent_llm::models::hex(&h.finalize())
     }
 
+    /// A digest of each agent file by its path (a refused one by its reason), so that a
+    /// change can be named file by file.
+    pub fn file_digests(&self) -> std::collections::BTreeMap<String, String> {
+        let one = |body: &str| agent_llm::models::hex(&Sha256::digest(body.as_bytes()));
+        let mut out: std::collections::BTreeMap<String, String> =
+            self.all().map(|f| (f.rel.clone(), one(&f.text))).collect();
+        for r in &self.refused {
+            out.insert(r.rel.clone(), one(&format!("refused: {}", r.reason)));
+        }
+        out
+    }
+
     /// Every file read, in a fixed order.
     pub fn all(&self) -> impl Iterator<Item = &ProjectFile> {
         self.config.iter().chain(self.settings.iter()).chain(self.mcp_json.iter()).chain(self.commands.iter())

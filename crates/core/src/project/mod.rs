@@ -65,25 +65,48 @@ impl Project {
     /// Reads the project in `dir` and looks up its decision in `store`.
     pub fn open(dir: &Path, user: &UserConfig, store: &TrustStore) -> Result<Project, ProjectError> {
         let files = ProjectFiles::read(dir)?;
-        let asks = project_asks(&files, &user.config);
+        let asks = asks::asks_of(&files, &user.config, &user_file(user));
         let state = store.state(&files);
         Ok(Project { files, asks, state })
     }
 
     /// Whether the user must decide before the project's settings are all used: it
-    /// asks for something that needs trust and is not trusted as it is now.
+    /// asks for something that needs trust and was never trusted, or it was trusted and
+    /// its agent files changed in any way since (a sandbox that writes the workspace
+    /// could otherwise add harmless-looking items to a trusted project unseen).
     pub fn needs_decision(&self) -> bool {
-        self.asks.iter().any(|a| a.needs_trust) && self.state != TrustState::Trusted
+        match self.state {
+            TrustState::Trusted => false,
+            TrustState::Changed { .. } => !self.files.is_empty(),
+            TrustState::Unknown => self.asks.iter().any(|a| a.needs_trust),
+        }
     }
 
-    /// What a run without a dialog uses: everything when the project is trusted (or
-    /// `trust_flag`, `--trust-project`, says so), else only what needs no trust.
+    /// What a run without a dialog uses: everything when the project is trusted as it
+    /// is now (or `trust_flag`, `--trust-project`, says so), else only what needs no trust.
     pub fn headless_apply(&self, trust_flag: bool) -> Apply {
         if trust_flag || !self.needs_decision() {
             Apply::All
         } else {
             Apply::SafeOnly
         }
+    }
+
+    /// The notice of a headless run in a trusted project whose files changed since: what
+    /// changed, and that only what needs no trust is used.
+    pub fn changed_notice(&self, trust_flag: bool) -> Option<String> {
+        let changes = self.changes().filter(|_| !trust_flag && self.needs_decision())?;
+        let lines: Vec<String> = changes
+            .added
+            .iter()
+            .map(|l| format!("+ {l}"))
+            .chain(changes.removed.iter().map(|l| format!("- {l}")))
+            .collect();
+        Some(format!(
+            "the project's agent files changed since you trusted it, so only what needs no trust is used \
+             (open `agent` there to review the change and trust it again, or pass --trust-project); what changed: {}",
+            lines.join("; ")
+        ))
     }
 
     /// The settings of a session in this project, `apply` deciding how much of it is used.
@@ -96,13 +119,42 @@ impl Project {
         self.asks.iter().map(|a| a.text.clone()).collect()
     }
 
-    /// What changed since the project was trusted, when it was and its files changed.
+    /// What changed since the project was trusted, when it was and its files changed:
+    /// the items asked for that are new or gone, and when those read the same, the
+    /// files whose text changed.
     pub fn changes(&self) -> Option<Changes> {
-        let TrustState::Changed { before } = &self.state else { return None };
+        let TrustState::Changed { before, files } = &self.state else { return None };
         let now = self.lines();
-        Some(Changes {
+        let mut changes = Changes {
             added: now.iter().filter(|l| !before.contains(l)).cloned().collect(),
             removed: before.iter().filter(|l| !now.contains(l)).cloned().collect(),
-        })
+        };
+        if changes.added.is_empty() && changes.removed.is_empty() {
+            let digests = self.files.file_digests();
+            for (rel, digest) in &digests {
+                match files.get(rel) {
+                    None if !files.is_empty() => changes.added.push(format!("{rel} was added")),
+                    Some(old) if old != digest => {
+                        changes.added.push(format!("{rel} changed (the items it asks for read the same)"))
+                    }
+                    _ => {}
+                }
+            }
+            changes
+                .removed
+                .extend(files.keys().filter(|rel| !digests.contains_key(*rel)).map(|rel| format!("{rel} (the file)")));
+            if changes.added.is_empty() && changes.removed.is_empty() {
+                changes.added.push("the agent files changed (the items they ask for read the same)".into());
+            }
+        }
+        Some(changes)
+    }
+}
+
+/// How the user's config file is named in refusals.
+pub(crate) fn user_file(user: &UserConfig) -> String {
+    match &user.path {
+        Some(p) => p.display().to_string(),
+        None => "your own config".into(),
     }
 }

@@ -4,6 +4,7 @@
 //! agent files it was taken on; when they change, the user is asked again and shown the
 //! difference (the items then trusted are kept for that).
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
@@ -27,6 +28,9 @@ pub struct TrustEntry {
     /// When (UTC date).
     #[serde(default)]
     pub trusted_on: String,
+    /// The digest of each agent file then, by path, to name the files that changed.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub files: BTreeMap<String, String>,
 }
 
 #[derive(Debug, Default, Serialize, Deserialize)]
@@ -40,8 +44,9 @@ struct StoreFile {
 pub enum TrustState {
     /// Trusted, and its agent files are as they were then.
     Trusted,
-    /// Trusted once, but its agent files changed since: the lines then trusted.
-    Changed { before: Vec<String> },
+    /// Trusted once, but its agent files changed since: the lines then trusted and the
+    /// digest of each file then (empty when the decision predates them).
+    Changed { before: Vec<String>, files: BTreeMap<String, String> },
     /// Never trusted.
     Unknown,
 }
@@ -81,7 +86,7 @@ impl TrustStore {
         let root = files.root.display().to_string();
         match self.entries.iter().find(|e| e.path == root) {
             Some(e) if e.digest == files.digest() => TrustState::Trusted,
-            Some(e) => TrustState::Changed { before: e.asks.clone() },
+            Some(e) => TrustState::Changed { before: e.asks.clone(), files: e.files.clone() },
             None => TrustState::Unknown,
         }
     }
@@ -91,7 +96,13 @@ impl TrustStore {
     pub fn trust(&mut self, files: &ProjectFiles, asks: Vec<String>) -> Result<(), ProjectError> {
         let root = files.root.display().to_string();
         self.entries.retain(|e| e.path != root);
-        self.entries.push(TrustEntry { path: root, digest: files.digest(), asks, trusted_on: crate::episode::today() });
+        self.entries.push(TrustEntry {
+            path: root,
+            digest: files.digest(),
+            asks,
+            trusted_on: crate::episode::today(),
+            files: files.file_digests(),
+        });
         self.save()
     }
 

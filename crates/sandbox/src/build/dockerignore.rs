@@ -17,7 +17,12 @@ const OPTIONS: MatchOptions =
 impl DockerIgnore {
     /// Reads `dir/.dockerignore`; no file means nothing is excluded.
     pub fn load(dir: &std::path::Path) -> DockerIgnore {
-        std::fs::read_to_string(dir.join(".dockerignore")).map(|t| Self::parse(&t)).unwrap_or_default()
+        // Read beneath the context: a `.dockerignore` linked out of it is not read.
+        crate::confined::read_confined(dir, std::path::Path::new(".dockerignore"), 1 << 20, "the build context")
+            .ok()
+            .flatten()
+            .map(|t| Self::parse(&String::from_utf8_lossy(&t)))
+            .unwrap_or_default()
     }
 
     /// Parses the file's text; a pattern that is not a valid glob is skipped (Docker

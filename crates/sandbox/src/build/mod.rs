@@ -11,6 +11,7 @@ mod lower;
 mod vars;
 
 use std::collections::HashMap;
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 
 use super::docker::Engine;
@@ -445,8 +446,16 @@ impl Walk {
             } else if excluded {
                 continue;
             } else if kind.is_file() {
-                let meta = entry.metadata()?;
-                let mut file = std::fs::File::open(&path)?;
+                // No-follow: a file swapped for a link after the listing fails here
+                // instead of sending what the link points to.
+                let mut file = std::fs::OpenOptions::new()
+                    .read(true)
+                    .custom_flags((rustix::fs::OFlags::NOFOLLOW | rustix::fs::OFlags::NONBLOCK).bits() as i32)
+                    .open(&path)?;
+                let meta = file.metadata()?;
+                if !meta.is_file() {
+                    continue;
+                }
                 let mut head = [0u8; 2];
                 let is_script = std::io::Read::read(&mut file, &mut head)? == 2 && &head == b"#!";
                 std::io::Seek::rewind(&mut file)?;
@@ -458,6 +467,8 @@ impl Walk {
                 }
                 builder.append_data(&mut header, &child, file)?;
             } else {
+                // A link goes in as a link (the builder resolves it inside the context;
+                // nothing it points to on the host is read).
                 builder.append_path_with_name(&path, &child)?;
             }
         }
@@ -553,6 +564,33 @@ mod tests {
         assert_eq!(source.dockerfile_name(), "Dockerfile");
         assert_eq!(found[CA_CONTEXT_NAME].0, 0o644);
         assert_eq!(found[".agent-heredocs/1/run"].0, 0o755);
+    }
+
+    #[test]
+    fn a_link_in_the_context_goes_as_a_link_and_its_host_target_is_never_read() {
+        let d = tempfile::tempdir().unwrap();
+        let (ctx, home) = (d.path().join("ctx"), d.path().join("home"));
+        std::fs::create_dir_all(&ctx).unwrap();
+        std::fs::create_dir_all(&home).unwrap();
+        std::fs::write(home.join("secret"), "MARKER-ctx").unwrap();
+        std::fs::write(home.join("ignore"), "*\n").unwrap();
+        std::os::unix::fs::symlink(home.join("secret"), ctx.join("leak")).unwrap();
+        std::os::unix::fs::symlink(&home, ctx.join("homedir")).unwrap();
+        std::os::unix::fs::symlink(home.join("ignore"), ctx.join(".dockerignore")).unwrap();
+        std::fs::write(ctx.join("app.py"), "print()").unwrap();
+        let df = Dockerfile::parse("FROM a\n").unwrap();
+        let bytes = pack(&Source::Dir(&ctx, None), &BuildEnv::default(), &df, &ContextFiles::new(), "t").unwrap();
+        assert!(!bytes.windows(10).any(|w| w == b"MARKER-ctx"), "the host file's bytes are not in the context");
+        let mut kinds = BTreeMap::new();
+        for e in tar::Archive::new(bytes.as_slice()).entries().unwrap() {
+            let e = e.unwrap();
+            kinds.insert(e.path().unwrap().display().to_string(), e.header().entry_type());
+        }
+        assert_eq!(kinds["leak"], tar::EntryType::Symlink);
+        assert_eq!(kinds["homedir"], tar::EntryType::Symlink);
+        // The linked-out `.dockerignore` (which says `*`) was not read: app.py is packed.
+        assert_eq!(kinds["app.py"], tar::EntryType::Regular);
+        assert!(!kinds.keys().any(|k| k.starts_with("homedir/")), "{kinds:?}");
     }
 
     #[test]

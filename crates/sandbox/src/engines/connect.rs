@@ -42,12 +42,10 @@ pub async fn connect_engine(spec: &EngineSpec) -> Result<Engine, SandboxError> {
                     });
                 }
             }
-            // Both of rustls's providers are in the build (other crates enable the other), so
-            // it cannot pick one itself: ring, unless something chose first.
-            if rustls::crypto::CryptoProvider::get_default().is_none() {
-                let _ = rustls::crypto::ring::default_provider().install_default();
-            }
-            let d = Docker::connect_with_ssl(&addr, &key, &cert, &ca, REQUEST_TIMEOUT_SECS, version);
+            // Only `tls_ca` vouches for the engine: the system's roots are not consulted.
+            let config = super::tls::client_config(&ca, &cert, &key)
+                .map_err(|reason| SandboxError::EngineConfig { url: spec.url.clone(), reason })?;
+            let d = super::tls::connect(&addr, config, REQUEST_TIMEOUT_SECS, version);
             (d, Endpoint::Other(format!("https://{addr}")), None)
         }
         Transport::Ssh { destination, port, socket } => {
@@ -62,7 +60,7 @@ pub async fn connect_engine(spec: &EngineSpec) -> Result<Engine, SandboxError> {
 }
 
 /// Negotiates the API version (older engines speak 1.41), pings, and reads the version.
-pub(crate) async fn handshake(
+async fn handshake(
     docker: Docker,
     endpoint: Endpoint,
     name: String,

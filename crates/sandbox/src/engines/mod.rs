@@ -6,9 +6,9 @@ mod connect;
 mod copy;
 mod pool;
 mod spec;
+mod tls;
 
 pub use connect::connect_engine;
-pub(crate) use connect::handshake;
 pub(crate) use copy::copy_image;
 pub use pool::{EnginePool, EngineStatus, Placement, ReviveHook};
 pub use spec::EngineSpec;

@@ -59,15 +59,40 @@ pub(crate) enum Transport {
 impl EngineSpec {
     /// The local engine (`DOCKER_HOST` or the default socket), unbounded: the pool when
     /// the config names no engines.
+    /// With `DOCKER_TLS_VERIFY`, the engine's TLS files are `ca.pem`, `cert.pem` and
+    /// `key.pem` in `DOCKER_CERT_PATH` (default `~/.docker`), as the docker CLI reads them.
     pub fn local() -> EngineSpec {
-        let url = std::env::var("DOCKER_HOST").ok().filter(|h| !h.is_empty());
+        let env = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
+        let (url, tls) = docker_host_url(env("DOCKER_HOST").as_deref(), env("DOCKER_TLS_VERIFY").is_some());
+        let dir = env("DOCKER_CERT_PATH")
+            .map(PathBuf::from)
+            .or_else(|| env("HOME").map(|h| PathBuf::from(h).join(".docker")))
+            .unwrap_or_else(|| PathBuf::from("/root/.docker"));
+        let file = |f: &str| tls.then(|| dir.join(f));
         EngineSpec {
-            url: url.unwrap_or_else(|| "unix:///var/run/docker.sock".into()),
+            url,
             name: Some("local".into()),
             max_containers: usize::MAX,
-            tls_ca: None,
-            tls_cert: None,
-            tls_key: None,
+            tls_ca: file("ca.pem"),
+            tls_cert: file("cert.pem"),
+            tls_key: file("key.pem"),
+        }
+    }
+
+    /// Refuses, before anything connects, the `DOCKER_HOST` that [`Self::local`] read when
+    /// it names a plain-HTTP engine off loopback: whoever reaches that port is root on its
+    /// host, and so is anyone on the path who rewrites our requests.
+    pub(crate) fn check_docker_host(&self) -> Result<(), SandboxError> {
+        let plain = self.url.strip_prefix("tcp://").filter(|_| self.tls_ca.is_none());
+        match plain {
+            Some(addr) if !is_loopback(addr.trim_end_matches('/')) => Err(SandboxError::DockerHostRefused {
+                host: self.url.clone(),
+                reason: "a plain tcp:// engine gives root on its host to anyone who can reach the port; \
+                         use TLS (DOCKER_TLS_VERIFY=1 and DOCKER_CERT_PATH holding ca.pem, cert.pem, key.pem, \
+                         the engine started with --tlsverify), or ssh://USER@HOST, or a loopback tcp://127.0.0.1:PORT"
+                    .into(),
+            }),
+            _ => Ok(()),
         }
     }
 
@@ -139,6 +164,20 @@ impl EngineSpec {
             _ => Err(bad("TLS needs all three of tls_ca, tls_cert and tls_key".into())),
         }
     }
+}
+
+/// `DOCKER_HOST` as an engine URL, and whether it is reached over TLS: the docker CLI's
+/// `http://` and `https://` spellings become `tcp://` (TLS for `https://`).
+fn docker_host_url(host: Option<&str>, tls_verify: bool) -> (String, bool) {
+    let Some(host) = host else { return ("unix:///var/run/docker.sock".into(), false) };
+    if let Some(addr) = host.strip_prefix("https://") {
+        return (format!("tcp://{addr}"), true);
+    }
+    if let Some(addr) = host.strip_prefix("http://") {
+        return (format!("tcp://{addr}"), false);
+    }
+    let tls = tls_verify && host.starts_with("tcp://");
+    (host.to_string(), tls)
 }
 
 /// `127.0.0.1:2375`, `[::1]:2375`, `localhost:2375`.
@@ -216,6 +255,32 @@ mod tests {
         assert!(spec("ssh://-oProxyCommand=x").transport().is_err(), "an option is not a host");
         assert_eq!(spec("unix:///run/d.sock").transport().unwrap(), Transport::Unix("/run/d.sock".into()));
         assert!(spec("http://h:2375").transport().is_err());
+    }
+
+    #[test]
+    fn a_plain_remote_docker_host_is_refused_and_loopback_or_tls_is_not() {
+        let local = |host: &str, tls: bool| {
+            let (url, tls) = docker_host_url(Some(host), tls);
+            let file = |f: &str| tls.then(|| PathBuf::from("/certs").join(f));
+            EngineSpec { url, tls_ca: file("ca.pem"), tls_cert: file("cert.pem"), tls_key: file("key.pem"), ..spec("") }
+        };
+        for remote in ["tcp://10.1.2.3:2375", "http://10.1.2.3:2375", "tcp://docker.example:2375/"] {
+            let err = local(remote, false).check_docker_host().unwrap_err().to_string();
+            assert!(
+                err.contains("DOCKER_HOST=") && err.contains("root on its host") && err.contains("DOCKER_TLS_VERIFY"),
+                "{err}"
+            );
+        }
+        for fine in
+            ["tcp://127.0.0.1:2375", "tcp://[::1]:2375", "tcp://localhost:2375", "unix:///run/d.sock", "ssh://u@h"]
+        {
+            local(fine, false).check_docker_host().unwrap();
+        }
+        let tls = local("tcp://10.1.2.3:2376", true);
+        tls.check_docker_host().unwrap();
+        assert!(matches!(tls.transport(), Ok(Transport::Tls { ref addr, .. }) if addr == "10.1.2.3:2376"));
+        assert!(matches!(local("https://10.1.2.3:2376", false).transport(), Ok(Transport::Tls { .. })));
+        assert_eq!(docker_host_url(None, true).0, "unix:///var/run/docker.sock");
     }
 
     #[test]

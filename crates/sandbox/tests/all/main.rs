@@ -4,5 +4,7 @@
 
 use agent_test_support as support;
 
+mod egress;
 mod pool;
 mod shell;
+mod workspace;

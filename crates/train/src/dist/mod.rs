@@ -11,6 +11,7 @@
 //!
 //! Every reduction is the same on every rank, so every rank takes the same update.
 
+mod auth;
 mod env;
 mod local;
 #[cfg(feature = "nccl-collective")]
@@ -22,11 +23,12 @@ pub mod zero;
 
 use candle_core::{DType, Tensor};
 
+pub use auth::{DistToken, TOKEN_ENV};
 pub use env::{seconds_from_env, WorldEnv, DEFAULT_MASTER_PORT};
 pub use local::LocalWorld;
 #[cfg(feature = "nccl-collective")]
 pub use nccl::NcclWorld;
-pub use rendezvous::{rendezvous, Identity};
+pub use rendezvous::{rendezvous, rendezvous_with, Identity};
 pub use tcp::{Abort, TcpWorld};
 
 use super::error::{TensorContext, TrainError};

@@ -11,6 +11,7 @@ use agent_llm::models::{hash_file, hex};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
+use super::auth::DistToken;
 use super::env::WorldEnv;
 use super::tcp::TcpWorld;
 use super::wire::{self, read_frame, write_frame};
@@ -94,27 +95,42 @@ struct Roster {
 
 /// Joins the world `env` describes; fails on every rank with the same message when the
 /// ranks disagree, and on a rank that finds no rank 0 (or rank 0 missing ranks) within `timeout`.
+/// The ranks' shared token is [`super::auth::TOKEN_ENV`]'s.
 pub fn rendezvous(env: &WorldEnv, identity: &Identity, timeout: Duration) -> Result<TcpWorld, TrainError> {
+    rendezvous_with(env, identity, &DistToken::from_env(), timeout)
+}
+
+/// [`rendezvous`] with the token given: every connection between ranks starts with it,
+/// and a world that listens off loopback needs one.
+pub fn rendezvous_with(
+    env: &WorldEnv,
+    identity: &Identity,
+    token: &DistToken,
+    timeout: Duration,
+) -> Result<TcpWorld, TrainError> {
     if env.world_size == 1 {
         return TcpWorld::start(0, 1, Vec::new(), None, vec![hostname()]);
     }
     let deadline = Instant::now() + timeout;
     // Listens where the master address does: loopback for a one-host run, every interface otherwise.
-    let ring_bind = SocketAddr::new(bind_address(env)?.ip(), 0);
+    let bind = bind_address(env)?;
+    token.require_for(bind, env.rank)?;
+    let ring_bind = SocketAddr::new(bind.ip(), 0);
     let ring = TcpListener::bind(ring_bind)
         .map_err(|e| TrainError::Distributed(format!("rank {} cannot listen for its ring neighbour: {e}", env.rank)))?;
     let (peers, roster) = if env.rank == 0 {
-        host_rendezvous(env, identity, &ring, deadline, timeout)?
+        host_rendezvous(env, identity, token, &ring, deadline, timeout)?
     } else {
-        join_rendezvous(env, identity, &ring, deadline, timeout)?
+        join_rendezvous(env, identity, token, &ring, deadline, timeout)?
     };
-    let streams = connect_ring(env, &ring, &roster, deadline)?;
+    let streams = connect_ring(env, token, &ring, &roster, deadline)?;
     TcpWorld::start(env.rank, env.world_size, peers, Some(streams), roster.hosts)
 }
 
 /// Connects to the next rank's ring listener and accepts the previous rank on this one's.
 fn connect_ring(
     env: &WorldEnv,
+    token: &DistToken,
     listener: &TcpListener,
     roster: &Roster,
     deadline: Instant,
@@ -138,15 +154,17 @@ fn connect_ring(
         }
         std::thread::sleep(Duration::from_millis(100));
     };
-    write_frame(&mut to_next, wire::RING, &(r as u64).to_le_bytes())
+    token
+        .send(&mut to_next)
+        .and_then(|()| write_frame(&mut to_next, wire::RING, &(r as u64).to_le_bytes()))
         .map_err(|e| TrainError::Distributed(format!("rank {next} closed the ring connection: {e}")))?;
     listener.set_nonblocking(true).map_err(|e| TrainError::Distributed(format!("ring socket: {e}")))?;
     let from_prev = loop {
         if Instant::now() > deadline {
             return Err(TrainError::Distributed(format!("rank {prev} did not connect to rank {r} around the ring")));
         }
-        let mut stream = match listener.accept() {
-            Ok((s, _)) => s,
+        let (mut stream, from) = match listener.accept() {
+            Ok(s) => s,
             Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
                 std::thread::sleep(Duration::from_millis(20));
                 continue;
@@ -155,7 +173,11 @@ fn connect_ring(
         };
         let _ = stream.set_nonblocking(false);
         let _ = stream.set_read_timeout(Some(Duration::from_secs(10)));
-        match read_frame(&mut stream, &|| ()) {
+        if let Err(why) = token.check(&mut stream, &format!("a connection to rank {r}'s ring listener from {from}")) {
+            tracing::warn!("{why}; refused");
+            continue;
+        }
+        match read_frame(&mut stream, wire::MAX_HANDSHAKE_FRAME, &|| ()) {
             Ok((wire::RING, b))
                 if b.len() == 8 && u64::from_le_bytes(b.as_slice().try_into().unwrap_or_default()) == prev as u64 =>
             {
@@ -175,11 +197,14 @@ type Peers = Vec<(usize, String, TcpStream)>;
 fn host_rendezvous(
     env: &WorldEnv,
     identity: &Identity,
+    token: &DistToken,
     ring: &TcpListener,
     deadline: Instant,
     timeout: Duration,
 ) -> Result<(Peers, Roster), TrainError> {
     let bind = bind_address(env)?;
+    // Peers refused for their token, for the message should the run not come together.
+    let mut strangers: Vec<SocketAddr> = Vec::new();
     let listener = TcpListener::bind(bind).map_err(|e| {
         TrainError::Distributed(format!(
             "rank 0 cannot listen on {bind} for the other ranks: {e} (another run on this MASTER_PORT? choose another \
@@ -195,12 +220,21 @@ fn host_rendezvous(
         if Instant::now() > deadline {
             let missing: Vec<String> =
                 (1..env.world_size).filter(|r| joined[*r].is_none()).map(|r| r.to_string()).collect();
-            let why = format!(
+            let mut why = format!(
                 "rank(s) {} did not join the rendezvous on {bind} within {} s: are they started, with MASTER_ADDR \
                  and MASTER_PORT pointing here?",
                 missing.join(", "),
                 timeout.as_secs()
             );
+            if !strangers.is_empty() {
+                let from: Vec<String> = strangers.iter().map(ToString::to_string).collect();
+                why.push_str(&format!(
+                    " {} connection(s) were refused for a missing or wrong token ({}): every rank needs the same {}",
+                    strangers.len(),
+                    from.join(", "),
+                    super::auth::TOKEN_ENV
+                ));
+            }
             refuse_all(&mut joined, &why);
             return Err(TrainError::Distributed(why));
         }
@@ -214,7 +248,14 @@ fn host_rendezvous(
         };
         let _ = stream.set_nonblocking(false);
         let _ = stream.set_read_timeout(Some(Duration::from_secs(10)));
-        let hello = match read_frame(&mut stream, &|| ()) {
+        // Nothing else is read from a peer before its token checks out.
+        if let Err(why) = token.check(&mut stream, &from.to_string()) {
+            tracing::warn!("rendezvous: {why}; refused, still waiting for the ranks");
+            super::auth::refuse(&mut stream, &why);
+            strangers.push(from);
+            continue;
+        }
+        let hello = match read_frame(&mut stream, wire::MAX_HANDSHAKE_FRAME, &|| ()) {
             Ok((wire::HELLO, payload)) => match serde_json::from_slice::<Hello>(&payload) {
                 Ok(h) => h,
                 Err(_) => continue,
@@ -272,6 +313,7 @@ fn host_rendezvous(
 fn join_rendezvous(
     env: &WorldEnv,
     identity: &Identity,
+    token: &DistToken,
     ring: &TcpListener,
     deadline: Instant,
     timeout: Duration,
@@ -303,10 +345,12 @@ fn join_rendezvous(
         ring_port: ring.local_addr().map_err(|e| TrainError::Distributed(format!("ring socket: {e}")))?.port(),
     };
     let payload = serde_json::to_vec(&hello).map_err(|e| TrainError::Other(e.to_string()))?;
-    write_frame(&mut stream, wire::HELLO, &payload)
+    token
+        .send(&mut stream)
+        .and_then(|()| write_frame(&mut stream, wire::HELLO, &payload))
         .map_err(|e| TrainError::Distributed(format!("rank 0 at {target} closed the rendezvous: {e}")))?;
     let _ = stream.set_read_timeout(Some(deadline.saturating_duration_since(Instant::now()) + Duration::from_secs(5)));
-    match read_frame(&mut stream, &|| ()) {
+    match read_frame(&mut stream, wire::MAX_HANDSHAKE_FRAME, &|| ()) {
         Ok((wire::WELCOME, payload)) => {
             let _ = stream.set_read_timeout(None);
             let roster: Roster = serde_json::from_slice(&payload)

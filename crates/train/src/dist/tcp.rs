@@ -79,6 +79,12 @@ impl Link {
         write_frame(&mut *w, kind, payload)
     }
 
+    /// A collective's payload, in frames of at most [`wire::MAX_FRAME`] bytes.
+    fn send_message(&self, payload: &[u8]) -> std::io::Result<()> {
+        let mut w = self.writer.lock().map_err(|_| std::io::Error::other("a writer panicked"))?;
+        wire::write_message(&mut *w, payload)
+    }
+
     fn seen(&self) {
         if let Ok(mut t) = self.last_seen.lock() {
             *t = Instant::now();
@@ -262,7 +268,7 @@ impl TcpWorld {
         if let Some(why) = self.inner.abort.reason() {
             return Err(TrainError::Distributed(why));
         }
-        link.send(wire::DATA, payload).map_err(|e| {
+        link.send_message(payload).map_err(|e| {
             let why = format!("{} stopped receiving ({e})", link.who);
             self.inner.abort_all(why.clone());
             TrainError::Distributed(self.inner.abort.reason().unwrap_or(why))
@@ -441,13 +447,16 @@ fn silence() -> Duration {
 }
 
 fn read_loop(inner: &Inner, link: &Link, mut stream: TcpStream, tx: Sender<Vec<u8>>) {
+    let mut pieces = wire::Reassembly::default();
     loop {
-        match read_frame(&mut stream, &|| link.seen()) {
+        match read_frame(&mut stream, wire::MAX_FRAME, &|| link.seen()) {
             Ok((kind, payload)) => {
                 link.seen();
                 match kind {
-                    wire::DATA => {
-                        let _ = tx.send(payload);
+                    wire::DATA | wire::DATA_MORE => {
+                        if let Some(whole) = pieces.push(kind, payload) {
+                            let _ = tx.send(whole);
+                        }
                     }
                     wire::ABORT => inner.abort_all(String::from_utf8_lossy(&payload).into_owned()),
                     wire::BYE => link.said_bye.store(true, Ordering::SeqCst),

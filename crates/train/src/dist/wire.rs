@@ -18,9 +18,19 @@ pub const ABORT: u8 = 6;
 pub const BYE: u8 = 7;
 /// A rank opens its ring connection to the next one; the payload is its rank (u64).
 pub const RING: u8 = 8;
+/// The first frame on every connection: the SHA-256 of the run's shared token.
+pub const TOKEN: u8 = 9;
+/// A piece of a collective's payload that goes on in the next frame (the last piece is
+/// a [`DATA`] frame).
+pub const DATA_MORE: u8 = 10;
 
-/// Larger frames are a corrupt stream, not data.
-const MAX_FRAME: u64 = 64 << 30;
+/// The largest frame a rank sends once admitted: collectives' payloads (a ring step of
+/// ZeRO-0 carries a share of every gradient, gigabytes for a full fine-tune) go in pieces
+/// of at most this size, so a frame's announced length never has to be believed beyond it.
+pub const MAX_FRAME: u64 = 256 << 20;
+/// The largest frame before a peer is admitted (its token, its introduction, rank 0's
+/// roster of every rank's host and ring address): a few hundred bytes per rank.
+pub const MAX_HANDSHAKE_FRAME: u64 = 1 << 20;
 /// Payloads are read in pieces of this size so that progress counts as a sign of life.
 const PIECE: usize = 1 << 20;
 
@@ -34,23 +44,67 @@ pub fn write_frame(w: &mut impl Write, kind: u8, payload: &[u8]) -> io::Result<(
     w.flush()
 }
 
-/// Reads one frame; `progress` is called as the payload arrives.
-pub fn read_frame(r: &mut impl Read, progress: &dyn Fn()) -> io::Result<(u8, Vec<u8>)> {
+/// Writes a collective's payload as [`DATA_MORE`] frames of at most [`MAX_FRAME`] bytes
+/// and a final [`DATA`] frame.
+pub fn write_message(w: &mut impl Write, payload: &[u8]) -> io::Result<()> {
+    write_message_in(w, payload, MAX_FRAME as usize)
+}
+
+fn write_message_in(w: &mut impl Write, payload: &[u8], piece: usize) -> io::Result<()> {
+    let mut rest = payload;
+    while rest.len() > piece {
+        let (head, tail) = rest.split_at(piece);
+        write_frame(w, DATA_MORE, head)?;
+        rest = tail;
+    }
+    write_frame(w, DATA, rest)
+}
+
+/// Joins the pieces [`write_message`] sent back into one payload.
+#[derive(Debug, Default)]
+pub struct Reassembly {
+    pending: Vec<u8>,
+}
+
+impl Reassembly {
+    /// Takes a [`DATA_MORE`] or [`DATA`] frame's payload; the whole payload once the last
+    /// piece is in.
+    pub fn push(&mut self, kind: u8, payload: Vec<u8>) -> Option<Vec<u8>> {
+        match kind {
+            DATA_MORE => {
+                self.pending.extend_from_slice(&payload);
+                None
+            }
+            _ if self.pending.is_empty() => Some(payload),
+            _ => {
+                self.pending.extend_from_slice(&payload);
+                Some(std::mem::take(&mut self.pending))
+            }
+        }
+    }
+}
+
+/// Reads one frame of at most `max` payload bytes; `progress` is called as the payload
+/// arrives. A longer announced length is refused before anything is allocated for it,
+/// and the buffer grows only as bytes arrive.
+pub fn read_frame(r: &mut impl Read, max: u64, progress: &dyn Fn()) -> io::Result<(u8, Vec<u8>)> {
     let mut header = [0u8; 9];
     r.read_exact(&mut header)?;
     let mut len_bytes = [0u8; 8];
     len_bytes.copy_from_slice(&header[1..]);
     let len = u64::from_le_bytes(len_bytes);
-    if len > MAX_FRAME {
-        return Err(io::Error::new(io::ErrorKind::InvalidData, format!("a frame of {len} bytes: not a rank's stream")));
+    if len > max {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("a frame announcing {len} bytes, over the {max}-byte limit: not a rank's stream"),
+        ));
     }
-    let len = len as usize;
-    let mut payload = vec![0u8; len];
-    let mut at = 0;
-    while at < len {
-        let end = (at + PIECE).min(len);
-        r.read_exact(&mut payload[at..end])?;
-        at = end;
+    let len = usize::try_from(len).map_err(|_| io::Error::new(io::ErrorKind::InvalidData, "a frame too large"))?;
+    let mut payload = Vec::with_capacity(len.min(PIECE));
+    while payload.len() < len {
+        let at = payload.len();
+        payload.resize((at + PIECE).min(len), 0);
+        r.read_exact(&mut payload[at..])?;
         progress();
     }
     Ok((header[0], payload))
@@ -98,12 +152,57 @@ mod tests {
         write_frame(&mut buf, BYE, &[]).unwrap();
         let mut r = buf.as_slice();
         let pieces = std::cell::Cell::new(0);
-        let (kind, payload) = read_frame(&mut r, &|| pieces.set(pieces.get() + 1)).unwrap();
+        let (kind, payload) = read_frame(&mut r, MAX_FRAME, &|| pieces.set(pieces.get() + 1)).unwrap();
         assert_eq!(kind, DATA);
         assert!(pieces.get() >= 3, "progress was not reported while reading");
         assert_eq!(decode_list(&payload).unwrap(), vec![vec![1, 2], vec![], vec![3; 3 << 20]]);
-        assert_eq!(read_frame(&mut r, &|| ()).unwrap(), (BYE, vec![]));
-        assert!(read_frame(&mut r, &|| ()).is_err());
+        assert_eq!(read_frame(&mut r, MAX_FRAME, &|| ()).unwrap(), (BYE, vec![]));
+        assert!(read_frame(&mut r, MAX_FRAME, &|| ()).is_err());
         assert!(decode_list(&[5, 0, 0, 0, 0, 0, 0, 0]).is_err());
+    }
+
+    /// A reader that counts what was read from it and ends after the header: a payload
+    /// read would fail with end-of-file, not with the limit.
+    struct Header(std::io::Cursor<Vec<u8>>, usize);
+
+    impl Read for Header {
+        fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+            let n = self.0.read(buf)?;
+            self.1 += n;
+            Ok(n)
+        }
+    }
+
+    #[test]
+    fn a_header_announcing_64_gib_is_refused_before_any_payload_is_read_or_allocated() {
+        let mut header = vec![HELLO];
+        header.extend((64u64 << 30).to_le_bytes());
+        let mut r = Header(std::io::Cursor::new(header), 0);
+        let err = read_frame(&mut r, MAX_HANDSHAKE_FRAME, &|| panic!("no payload may be read")).unwrap_err();
+        assert_eq!(err.kind(), io::ErrorKind::InvalidData);
+        assert!(err.to_string().contains("68719476736 bytes, over the 1048576-byte limit"), "{err}");
+        assert_eq!(r.1, 9, "only the header was read");
+        // The admitted ranks' limit refuses it as well.
+        let mut header = vec![DATA];
+        header.extend((64u64 << 30).to_le_bytes());
+        assert!(read_frame(&mut header.as_slice(), MAX_FRAME, &|| ()).unwrap_err().to_string().contains("limit"));
+    }
+
+    #[test]
+    fn a_payload_larger_than_a_frame_goes_in_pieces_and_comes_back_whole() {
+        let payload: Vec<u8> = (0..10u8).collect();
+        let mut buf = Vec::new();
+        write_message_in(&mut buf, &payload, 4).unwrap();
+        write_message_in(&mut buf, &[], 4).unwrap();
+        let mut r = buf.as_slice();
+        let mut kinds = Vec::new();
+        let mut joined = Reassembly::default();
+        let mut whole = Vec::new();
+        while let Ok((kind, piece)) = read_frame(&mut r, 4, &|| ()) {
+            kinds.push(kind);
+            whole.extend(joined.push(kind, piece));
+        }
+        assert_eq!(kinds, [DATA_MORE, DATA_MORE, DATA, DATA]);
+        assert_eq!(whole, vec![payload, vec![]]);
     }
 }
