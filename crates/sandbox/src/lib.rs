@@ -2,6 +2,7 @@
 //! it, byte-exact file operations, local images without any registry, and clean-up of
 //! every container, network and volume a run creates.
 
+pub mod beneath;
 mod build;
 mod confined;
 mod container;

@@ -100,76 +100,36 @@ enum Refused {
     Because(&'static str),
 }
 
-/// `rel` opened for reading beneath `root`, one component at a time relative to the
-/// folder opened before it and never through a symlink (`O_NOFOLLOW` at every step,
-/// the same guarantee as `openat2`'s `RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS`, on any
-/// Unix): no path is resolved twice, so nothing can be swapped in between. The file is
-/// first opened as a bare handle (`O_PATH`, which opens nothing: not a FIFO, not a
-/// device) and read only once `fstat` on that handle says it is a regular file; with
-/// its size.
+/// `rel` opened for reading beneath `root` with [`agent_sandbox::beneath`] (one component
+/// at a time, never through a link; a FIFO or device is never opened), with its size.
 fn open_beneath(root: &Path, rel: &str) -> Result<(std::fs::File, usize), Refused> {
-    use rustix::fs::{fstat, openat, FileType, Mode, OFlags, CWD};
+    use agent_sandbox::beneath::{open_parent, open_regular, open_root, NotRegular};
     use rustix::io::Errno;
+    use std::os::fd::AsFd;
 
-    let names: Vec<&std::ffi::OsStr> = Path::new(rel)
-        .components()
-        .filter_map(|c| match c {
-            Component::Normal(n) => Some(n),
-            _ => None,
-        })
-        .collect();
-    let Some((last, dirs)) = names.split_last() else { return Err(Refused::Missing) };
-    let why = |e: Errno| match e {
-        Errno::NOENT => Refused::Missing,
-        Errno::LOOP | Errno::MLINK => Refused::Because("is a symlink or passes through one"),
-        // O_DIRECTORY | O_NOFOLLOW on a link to a folder says ENOTDIR.
-        Errno::NOTDIR => Refused::Because("passes through a symlink or something that is not a folder"),
-        _ => Refused::Because("cannot be opened"),
-    };
-    let dir_flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
     // The workspace folder itself is the user's choice; only what is inside it is not.
-    let mut dir = openat(CWD, root, OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC, Mode::empty())
-        .map_err(|_| Refused::Because("cannot be opened (the workspace cannot)"))?;
-    for name in dirs {
-        dir = openat(&dir, *name, dir_flags, Mode::empty()).map_err(why)?;
+    let root = open_root(root).map_err(|_| Refused::Because("cannot be opened (the workspace cannot)"))?;
+    // `./src/x.rs` names `src/x.rs` (the mention was checked to hold no `..`).
+    let rel: std::path::PathBuf = Path::new(rel).components().filter(|c| matches!(c, Component::Normal(_))).collect();
+    if rel.as_os_str().is_empty() {
+        return Err(Refused::Missing);
     }
-    #[cfg(any(target_os = "linux", target_os = "android"))]
-    let handle = openat(&dir, *last, OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC, Mode::empty()).map_err(why)?;
-    #[cfg(not(any(target_os = "linux", target_os = "android")))]
-    let handle = openat(
-        &dir,
-        *last,
-        OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::NOCTTY | OFlags::CLOEXEC,
-        Mode::empty(),
-    )
-    .map_err(why)?;
-    let stat = fstat(&handle).map_err(why)?;
-    match FileType::from_raw_mode(stat.st_mode) {
-        FileType::RegularFile => {}
-        FileType::Directory => return Err(Refused::Missing),
-        FileType::Symlink => return Err(Refused::Because("is a symlink or passes through one")),
-        _ => return Err(Refused::Because("is not a regular file (a FIFO or a device)")),
-    }
-    #[cfg(any(target_os = "linux", target_os = "android"))]
-    let handle = {
-        // The handle's own link in /proc names this very file, not a path to resolve
-        // again; O_NONBLOCK all the same, should it somehow be a FIFO.
-        use std::os::fd::AsRawFd;
-        let link = format!("/proc/self/fd/{}", handle.as_raw_fd());
-        let file = openat(
-            CWD,
-            link.as_str(),
-            OFlags::RDONLY | OFlags::NONBLOCK | OFlags::NOCTTY | OFlags::CLOEXEC,
-            Mode::empty(),
-        )
-        .map_err(|_| Refused::Because("cannot be opened"))?;
-        let again = fstat(&file).map_err(why)?;
-        if (again.st_dev, again.st_ino) != (stat.st_dev, stat.st_ino) {
-            return Err(Refused::Because("changed while it was opened"));
+    let (parent, last) = open_parent(root.as_fd(), &rel, false).map_err(|r| match r.errno {
+        Errno::NOENT => Refused::Missing,
+        // O_DIRECTORY | O_NOFOLLOW on a link to a folder says ENOTDIR.
+        Errno::LOOP | Errno::MLINK | Errno::NOTDIR => {
+            Refused::Because("passes through a symlink or something that is not a folder")
         }
-        file
-    };
-    Ok((std::fs::File::from(handle), usize::try_from(stat.st_size).unwrap_or(usize::MAX)))
+        _ => Refused::Because("cannot be opened"),
+    })?;
+    let dir = parent.as_ref().map(|f| f.as_fd()).unwrap_or(root.as_fd());
+    let (file, stat) = open_regular(dir, last).map_err(|e| match e {
+        NotRegular::Missing | NotRegular::Directory => Refused::Missing,
+        NotRegular::Link => Refused::Because("is a symlink or passes through one"),
+        NotRegular::Special => Refused::Because("is not a regular file (a FIFO or a device)"),
+        NotRegular::Unreadable => Refused::Because("cannot be opened"),
+    })?;
+    Ok((file, usize::try_from(stat.st_size).unwrap_or(usize::MAX)))
 }
 
 /// A relative path with no `..` and no root: it cannot leave the workspace.
