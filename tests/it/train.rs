@@ -275,7 +275,9 @@ async fn agent_serve_names_and_serves_the_trained_adapter() {
     let entry = &models["data"][0];
     assert_eq!(entry["id"], "sft-model+adapter", "{models}");
     assert_eq!(entry["parent"], "sft-model", "{models}");
-    assert_eq!(entry["adapter"], adapter.display().to_string(), "{models}");
+    // The adapter's folder by name: `/v1/models` never shows a file-system path.
+    assert_eq!(entry["adapter"], "adapter", "{models}");
+    assert!(!models.to_string().contains(&run.display().to_string()), "{models}");
     let chat = |model: &str| {
         let body = serde_json::json!({"model": model, "max_tokens": 6, "temperature": 0,
             "messages": [{"role": "user", "content": "Create /app/note.txt containing the word apple."}]});
