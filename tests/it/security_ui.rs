@@ -213,3 +213,68 @@ fn a_nested_repository_with_a_hostile_git_config_runs_nothing_on_the_host_and_re
     pane.keys(&["C-c"]);
     pane.wait_text("TUI-EXITED rc=0", Duration::from_secs(60));
 }
+
+/// Every file's bytes below `dir` (links not followed), joined.
+fn bytes_below(dir: &Path) -> Vec<u8> {
+    let mut all = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        let Ok(entries) = std::fs::read_dir(&d) else { continue };
+        for e in entries.flatten() {
+            let Ok(kind) = e.file_type() else { continue };
+            if kind.is_dir() {
+                stack.push(e.path());
+            } else if kind.is_file() {
+                all.extend(std::fs::read(e.path()).unwrap_or_default());
+            }
+        }
+    }
+    all
+}
+
+/// `@file` mentions of a link to a host file and of a FIFO (both things the sandbox can
+/// put in the workspace) are refused by name, the UI does not hang, and the host file's
+/// text reaches neither the model nor the saved session; a plain file beside them is
+/// attached (the check is not vacuous).
+#[test]
+fn at_mentions_of_a_link_out_of_the_workspace_and_a_fifo_are_refused_and_nothing_is_read() {
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(support::docker());
+    let dir = tempfile::tempdir().unwrap();
+    let home = dir.path().join("home");
+    let work = dir.path().join("work");
+    let data = dir.path().join("data");
+    std::fs::create_dir_all(&home).unwrap();
+    std::fs::create_dir_all(&work).unwrap();
+    let secret = format!("HOST-SECRET-{}", uuid::Uuid::new_v4().simple());
+    std::fs::write(home.join("secret.txt"), &secret).unwrap();
+    std::os::unix::fs::symlink(home.join("secret.txt"), work.join("notes.txt")).unwrap();
+    assert!(Command::new("mkfifo").arg(work.join("pipe.txt")).status().unwrap().success());
+    std::fs::write(work.join("ok.txt"), "PLAIN-FILE-TEXT\n").unwrap();
+    let script = support::script(&dir, "reply.yaml", "- Read them.\n- Bye.\n");
+    let pane = Pane::start(&work);
+    pane.type_text(&format!(
+        "HOME={} XDG_DATA_HOME={} {} --model scripted:{} --approval auto; echo TUI-EXITED rc=$?",
+        home.display(),
+        data.display(),
+        support::agent_bin().display(),
+        script.display()
+    ));
+    pane.keys(&["Enter"]);
+    pane.wait_text("Ask anything", Duration::from_secs(600));
+    // Typed, not completed: Tab would open the file popup.
+    let screen = pane.send("look at @notes.txt @pipe.txt @ok.txt ", "Read them.");
+    assert!(screen.contains("@notes.txt is a symlink"), "the link is not refused by name:\n{screen}");
+    assert!(screen.contains("@pipe.txt is not a regular file"), "the FIFO is not refused by name:\n{screen}");
+    assert!(screen.contains("attached @ok.txt"), "the plain file is not attached:\n{screen}");
+    pane.send("bye", "Bye.");
+    pane.keys(&["C-c"]);
+    pane.wait_text("Ctrl+C again to quit", Duration::from_secs(10));
+    pane.keys(&["C-c"]);
+    pane.wait_text("TUI-EXITED rc=0", Duration::from_secs(60));
+    // The saved session holds the attached file's text, never the host file's.
+    let saved = bytes_below(&data);
+    let has = |needle: &[u8]| saved.windows(needle.len()).any(|w| w == needle);
+    assert!(has(b"PLAIN-FILE-TEXT"), "the session was not saved under {}", data.display());
+    assert!(!has(secret.as_bytes()), "the host file's text reached the session");
+}
