@@ -12,18 +12,6 @@ use std::time::{Duration, Instant};
 use crate::support;
 use crate::tui::{container_exists, container_id, quit_and_check, Tmux};
 
-/// Host git that runs no hook and no fsmonitor whatever the repository says.
-fn host_git(dir: &Path, args: &[&str]) -> String {
-    let out = Command::new("git")
-        .args(["-c", "core.fsmonitor=false", "-c", "core.hooksPath=/dev/null", "-C"])
-        .arg(dir)
-        .args(args)
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "git {args:?}: {}", String::from_utf8_lossy(&out.stderr));
-    String::from_utf8_lossy(&out.stdout).to_string()
-}
-
 /// The attacks, run by the model's tool call in /workspace: each line of
 /// `attack-results.txt` is `REFUSED name` or `WROTE name`; then the honest commit, a
 /// setuid file, a nested repository, and a background job that makes a setuid file
@@ -61,12 +49,12 @@ fn control_files_stay_read_only_commits_work_setuid_bits_go_and_new_repositories
     let dir = tempfile::tempdir().unwrap();
     let work = dir.path().join("work");
     std::fs::create_dir_all(work.join(".agent")).unwrap();
-    host_git(&work, &["init", "-q"]);
+    support::host_git(&work, &["init", "-q"]);
     std::fs::write(work.join(".agent/settings.json"), "{}\n").unwrap();
     std::fs::write(work.join(".mcp.json"), "{\"mcpServers\":{}}\n").unwrap();
     std::fs::write(work.join("attack.sh"), ATTACK_SCRIPT).unwrap();
-    host_git(&work, &["add", "attack.sh"]);
-    host_git(&work, &["-c", "user.email=h@h", "-c", "user.name=h", "commit", "-qm", "host-commit"]);
+    support::host_git(&work, &["add", "attack.sh"]);
+    support::host_git(&work, &["-c", "user.email=h@h", "-c", "user.name=h", "commit", "-qm", "host-commit"]);
     let guarded = [".git/config", ".git/info/exclude", ".agent/settings.json", ".mcp.json"];
     let before: Vec<Vec<u8>> = guarded.iter().map(|f| std::fs::read(work.join(f)).unwrap()).collect();
     let hooks_before = std::fs::read_dir(work.join(".git/hooks")).unwrap().count();
@@ -133,8 +121,8 @@ fn control_files_stay_read_only_commits_work_setuid_bits_go_and_new_repositories
         assert!(std::fs::symlink_metadata(work.join(absent)).is_err(), "{absent} exists on the host");
     }
     // (b) The honest case: the sandbox's commit is the host's history.
-    assert_eq!(host_git(&work, &["log", "--format=%s"]), "sandbox-commit\nhost-commit\n");
-    assert!(host_git(&work, &["config", "--list", "--local"]).lines().all(|l| !l.contains("fsmonitor")));
+    assert_eq!(support::host_git(&work, &["log", "--format=%s"]), "sandbox-commit\nhost-commit\n");
+    assert!(support::host_git(&work, &["config", "--list", "--local"]).lines().all(|l| !l.contains("fsmonitor")));
 }
 
 /// Runs the UI in `cwd` with `home` as the home folder; returns its exit status, its

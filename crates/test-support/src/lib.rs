@@ -229,3 +229,16 @@ pub fn notices(events: &[agent_protocol::Event]) -> Vec<String> {
         })
         .collect()
 }
+
+/// Host git in `dir` that runs no hook and no fsmonitor whatever the repository says
+/// (the tests read repositories the sandbox wrote); its stdout.
+pub fn host_git(dir: &std::path::Path, args: &[&str]) -> String {
+    let out = Command::new("git")
+        .args(["-c", "core.fsmonitor=false", "-c", "core.hooksPath=/dev/null", "-C"])
+        .arg(dir)
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "git {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8_lossy(&out.stdout).to_string()
+}

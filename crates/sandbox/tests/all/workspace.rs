@@ -4,24 +4,11 @@
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
-use std::process::Command;
 use std::time::Duration;
 
 use agent_sandbox::{ContainerConfig, Sandbox, BASE_IMAGE};
 
 use crate::support;
-
-/// Host git that runs no hook and no fsmonitor whatever the repository says.
-fn host_git(dir: &Path, args: &[&str]) -> String {
-    let out = Command::new("git")
-        .args(["-c", "core.fsmonitor=false", "-c", "core.hooksPath=/dev/null", "-C"])
-        .arg(dir)
-        .args(args)
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "git {args:?}: {}", String::from_utf8_lossy(&out.stderr));
-    String::from_utf8_lossy(&out.stdout).to_string()
-}
 
 /// Every file below `dir` with its bytes (no link followed).
 fn snapshot(dir: &Path) -> Vec<(String, Vec<u8>)> {
@@ -67,12 +54,12 @@ async fn control_files_are_read_only_in_the_sandbox_while_git_commit_works_and_s
     let dir = tempfile::tempdir().unwrap();
     let ws = dir.path().join("work");
     std::fs::create_dir_all(ws.join(".agent")).unwrap();
-    host_git(&ws, &["init", "-q"]);
+    support::host_git(&ws, &["init", "-q"]);
     std::fs::write(ws.join(".agent/settings.json"), "{}\n").unwrap();
     std::fs::write(ws.join(".mcp.json"), "{\"mcpServers\":{}}\n").unwrap();
     std::fs::write(ws.join("a.txt"), "a\n").unwrap();
-    host_git(&ws, &["add", "a.txt"]);
-    host_git(&ws, &["-c", "user.email=h@h", "-c", "user.name=h", "commit", "-qm", "host-commit"]);
+    support::host_git(&ws, &["add", "a.txt"]);
+    support::host_git(&ws, &["-c", "user.email=h@h", "-c", "user.name=h", "commit", "-qm", "host-commit"]);
     let git_before = snapshot(&ws.join(".git"));
     let control = [".git/config", ".agent/settings.json", ".mcp.json"].map(|f| std::fs::read(ws.join(f)).unwrap());
 
@@ -100,7 +87,7 @@ async fn control_files_are_read_only_in_the_sandbox_while_git_commit_works_and_s
                   && echo COMMITTED";
     let out = run(commit.to_string()).await;
     assert!(out.contains("COMMITTED"), "{out}");
-    assert_eq!(host_git(&ws, &["log", "--format=%s"]), "sandbox-commit\nhost-commit\n");
+    assert_eq!(support::host_git(&ws, &["log", "--format=%s"]), "sandbox-commit\nhost-commit\n");
 
     // A setuid and a setgid file made in the sandbox lose their bits when it settles.
     run("cp /bin/sh suid && chmod 4755 suid && cp /bin/sh sgid && chmod 2755 sgid".into()).await;

@@ -56,25 +56,10 @@ impl Blobs {
     pub fn put(&self, src: &mut impl Read, limit: u64) -> Result<Put, PutError> {
         std::fs::create_dir_all(&self.dir).map_err(PutError::Write)?;
         let mut tmp = tempfile::NamedTempFile::new_in(&self.dir).map_err(PutError::Write)?;
-        let mut hasher = Sha256::new();
-        let mut buf = vec![0u8; 64 * 1024];
-        let mut size = 0u64;
-        loop {
-            let n = match src.read(&mut buf) {
-                Ok(0) => break,
-                Ok(n) => n,
-                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-                Err(e) => return Err(PutError::Read(e)),
-            };
-            size += n as u64;
-            if size > limit {
-                return Ok(Put::TooBig);
-            }
-            let chunk = buf.get(..n).unwrap_or_default();
-            hasher.update(chunk);
-            tmp.write_all(chunk).map_err(PutError::Write)?;
-        }
-        let sha256 = hex(&hasher.finalize());
+        let Some((sha256, size)) = hash_stream(src, limit, &mut |chunk| tmp.write_all(chunk).map_err(PutError::Write))?
+        else {
+            return Ok(Put::TooBig);
+        };
         let Some(path) = self.path(&sha256) else { return Err(PutError::Write(std::io::Error::other("bad hash"))) };
         if !path.is_file() {
             if let Some(parent) = path.parent() {
@@ -89,6 +74,16 @@ impl Blobs {
 /// The SHA-256 of what `src` holds, reading at most `limit` bytes (`None` past it or
 /// on a read error).
 pub(super) fn sha256_of(src: &mut impl Read, limit: u64) -> Option<String> {
+    hash_stream(src, limit, &mut |_| Ok(())).ok().flatten().map(|(sha256, _)| sha256)
+}
+
+/// Reads `src` to its end in chunks, hashing each and handing it to `each`: its SHA-256
+/// and size, or `None` once more than `limit` bytes came.
+fn hash_stream(
+    src: &mut impl Read,
+    limit: u64,
+    each: &mut dyn FnMut(&[u8]) -> Result<(), PutError>,
+) -> Result<Option<(String, u64)>, PutError> {
     let mut hasher = Sha256::new();
     let mut buf = vec![0u8; 64 * 1024];
     let mut size = 0u64;
@@ -97,13 +92,15 @@ pub(super) fn sha256_of(src: &mut impl Read, limit: u64) -> Option<String> {
             Ok(0) => break,
             Ok(n) => n,
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-            Err(_) => return None,
+            Err(e) => return Err(PutError::Read(e)),
         };
         size += n as u64;
         if size > limit {
-            return None;
+            return Ok(None);
         }
-        hasher.update(buf.get(..n).unwrap_or_default());
+        let chunk = buf.get(..n).unwrap_or_default();
+        hasher.update(chunk);
+        each(chunk)?;
     }
-    Some(hex(&hasher.finalize()))
+    Ok(Some((hex(&hasher.finalize()), size)))
 }
