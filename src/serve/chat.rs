@@ -16,8 +16,9 @@ use tokio_util::sync::CancellationToken;
 use super::generate::{clamp_max_tokens, run, Outcome, Plan};
 use super::logprobs::Naming;
 use super::tool_calls::{split, CallSplitter, Part};
-use super::wire::{check_n, finish_name, CompletionRequest, ToolChoice, WireUsage};
+use super::wire::{check_n, finish_name, CompletionRequest, ToolChoice, WireResponseFormat, WireUsage};
 use super::{backend_error, bad_request, error_event, guarded, now, AppState};
+use agent_llm::grammar::{json_value, native_calls, CallChoice, Openers};
 use agent_llm::{FinishReason, GenerationPiece};
 
 /// The opening written for the model when a call is required: the Hermes `<tool_call>`
@@ -62,8 +63,31 @@ pub(super) async fn chat(State(s): State<AppState>, body: Bytes) -> Response {
         (ToolChoice::Required, [only]) => ToolChoice::Named(only.function.name.clone()),
         _ => choice,
     };
-    let prefill = forced_opening(&choice);
-    if !prefill.is_empty() && !s.backend.native_tools() {
+    let mut chat = chat;
+    let schema = req.response_format.as_ref().and_then(WireResponseFormat::schema);
+    let prefill = if s.backend.enforces_grammar() {
+        // The grammar forces the call (or the JSON) itself: no opening is written for
+        // the model, and every call it makes is one the client's schemas accept.
+        chat.grammar = match (&schema, &choice) {
+            (Some(schema), _) => Some(json_value(schema)),
+            (None, ToolChoice::Off) => None,
+            (None, ToolChoice::Auto) => native_calls(&chat.tools, &CallChoice::Optional, Openers::Tagged),
+            (None, ToolChoice::Required) => native_calls(&chat.tools, &CallChoice::Required, Openers::Tagged),
+            (None, ToolChoice::Named(name)) => {
+                native_calls(&chat.tools, &CallChoice::Named(name.clone()), Openers::Tagged)
+            }
+        };
+        String::new()
+    } else if schema.is_some() {
+        return bad_request(format!(
+            "response_format: {} cannot hold its output to a schema (an API model); serve a local model for structured output",
+            s.backend.name()
+        ));
+    } else {
+        forced_opening(&choice)
+    };
+    let forced = matches!(choice, ToolChoice::Required | ToolChoice::Named(_));
+    if forced && schema.is_none() && !s.backend.native_tools() {
         return bad_request(format!(
             "tool_choice: {} has no native tool format to force a call in; use tool_choice auto",
             s.backend.name()

@@ -71,6 +71,7 @@ pub async fn run(
             },
             sampling: plan.chat.sampling.clone(),
             logprobs: plan.logprobs,
+            grammar: plan.chat.grammar.clone(),
         };
         let g = backend.generate(&request, on_piece, cancel).await?;
         return Ok(Outcome {

@@ -105,6 +105,36 @@ pub struct NamedFunction {
     pub name: String,
 }
 
+/// `response_format`: `{"type": "text"}`, `{"type": "json_object"}` or `{"type":
+/// "json_schema", "json_schema": {"name": ..., "schema": {...}}}`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum WireResponseFormat {
+    Text,
+    JsonObject,
+    JsonSchema { json_schema: WireJsonSchema },
+}
+
+/// The schema of a `json_schema` response format.
+#[derive(Debug, Clone, Deserialize)]
+pub struct WireJsonSchema {
+    #[serde(default)]
+    pub schema: Option<serde_json::Value>,
+}
+
+impl WireResponseFormat {
+    /// The schema the reply must be valid against; `None` for free text.
+    pub fn schema(&self) -> Option<serde_json::Value> {
+        match self {
+            WireResponseFormat::Text => None,
+            WireResponseFormat::JsonObject => Some(serde_json::json!({"type": "object"})),
+            WireResponseFormat::JsonSchema { json_schema } => {
+                Some(json_schema.schema.clone().unwrap_or_else(|| serde_json::json!({})))
+            }
+        }
+    }
+}
+
 /// What the request lets the model do with its tools.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ToolChoice {
@@ -143,6 +173,9 @@ pub struct CompletionRequest {
     /// vLLM's extension: tokens in `logprobs` written as `token_id:ID`.
     #[serde(default)]
     pub return_tokens_as_token_ids: bool,
+    /// JSON output held to a schema (in-process engines enforce it while sampling).
+    #[serde(default)]
+    pub response_format: Option<WireResponseFormat>,
 }
 
 fn text_of(content: &serde_json::Value) -> String {
@@ -269,6 +302,7 @@ impl CompletionRequest {
                     parameters: t.function.parameters.clone(),
                 })
                 .collect(),
+            grammar: None,
         })
     }
 }
@@ -352,7 +386,12 @@ impl TextCompletionRequest {
         if let Some(n) = self.logprobs.filter(|n| *n > agent_llm::MAX_TOP_LOGPROBS) {
             return Err(format!("logprobs: {n} is more than {}", agent_llm::MAX_TOP_LOGPROBS));
         }
-        Ok(agent_llm::GenerationRequest { prompt, sampling: self.sampling.params(Some(16)), logprobs: self.logprobs })
+        Ok(agent_llm::GenerationRequest {
+            prompt,
+            sampling: self.sampling.params(Some(16)),
+            logprobs: self.logprobs,
+            grammar: None,
+        })
     }
 }
 

@@ -23,6 +23,7 @@ fn request(messages: Vec<ChatMessage>, max_tokens: u32) -> ChatRequest {
         messages,
         sampling: SamplingParams { max_tokens: Some(max_tokens), temperature: Some(0.0), ..Default::default() },
         tools: vec![],
+        grammar: None,
     }
 }
 

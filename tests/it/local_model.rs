@@ -26,6 +26,7 @@ fn request(max_tokens: u32) -> ChatRequest {
         ],
         sampling: SamplingParams { max_tokens: Some(max_tokens), temperature: Some(0.0), ..Default::default() },
         tools: vec![],
+        grammar: None,
     }
 }
 

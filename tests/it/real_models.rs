@@ -81,6 +81,8 @@ async fn qwen_coder_writes_a_file_with_native_calls_and_its_tokens_round_trip() 
         tool_format: ToolFormat::Native,
         history: Vec::new(),
         hooks: Default::default(),
+        constrain_calls: true,
+        repeat_notes: true,
     };
     let executor = ToolExecutor::new(shell, Duration::from_secs(60), 16 * 1024);
     let mut handle = spawn_session(cfg, model.clone(), specs, executor);

@@ -90,6 +90,19 @@ fn tool_calls_come_back_as_tool_calls_streamed_and_not() {
     let required = &r["required_stream"];
     assert_eq!(required["tool_calls"][0]["name"], "get_weather", "{required}");
     assert_eq!(required["finish_reason"], "tool_calls");
+    // `required` with two tools, sampled at temperature 1: the name is an offered one and
+    // the arguments are its schema's (the grammar forbids anything else).
+    let two = &r["required_two"];
+    let name = two["tool_calls"][0]["name"].as_str().unwrap_or_default();
+    assert!(["get_weather", "get_time"].contains(&name), "{two}");
+    assert!(call_args(&two["tool_calls"][0])["city"].is_string(), "{two}");
+    // `response_format: json_schema`: the content is a JSON value of the schema.
+    for s in r["structured"].as_array().unwrap() {
+        assert_eq!(s["finish_reason"], "stop", "{s}");
+        let v: Value = serde_json::from_str(s["content"].as_str().unwrap()).unwrap_or_else(|e| panic!("{e}: {s}"));
+        assert!(v["city"].is_string() && v["celsius"].is_i64(), "{v}");
+        assert_eq!(v.as_object().unwrap().len(), 2, "{v}");
+    }
     // `none`: text, no calls, no markup.
     assert_eq!(r["none"]["tool_calls"], serde_json::json!([]), "{r}");
     assert!(!r["none"]["content"].as_str().unwrap().contains("<tool_call>"), "{r}");

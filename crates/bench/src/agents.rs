@@ -64,6 +64,8 @@ pub struct AgentOutcome {
     pub turns: u32,
     /// Turns whose reply had a parse error.
     pub parse_error_turns: u32,
+    /// Calls that repeated an identical earlier call (from the trajectory).
+    pub repeated_calls: u32,
     /// The action format used (`native`/`text`; none for the oracle).
     pub tool_format: Option<ToolFormat>,
     /// Why the episode ended (ours) or the solution's exit status (oracle), in words.
@@ -249,7 +251,9 @@ async fn ours(
         running.finish(Duration::from_secs(10)).await;
         None
     };
+    let mut repeated_calls = 0;
     if let Ok(jsonl) = std::fs::read_to_string(trial_dir.join("trajectory.jsonl")) {
+        repeated_calls = agent_protocol::trajectory::Trajectory::parse_lenient(&jsonl).repeated_calls();
         let atif = super::atif::to_atif(&jsonl);
         if let Ok(text) = serde_json::to_vec_pretty(&atif) {
             let _ = std::fs::write(trial_dir.join("trajectory.atif.json"), text);
@@ -285,6 +289,7 @@ async fn ours(
         usage,
         turns,
         parse_error_turns: u32::try_from(parse_error_turns.len()).unwrap_or(u32::MAX),
+        repeated_calls,
         tool_format: Some(tool_format),
         ended: reason.describe().to_string(),
         end_reason: Some(reason),

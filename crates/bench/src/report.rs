@@ -49,6 +49,11 @@ pub fn summary_table(r: &ResultsFile, wall_secs: Option<f64>) -> String {
             s.parse_error_rate * 100.0,
             if formats.is_empty() { "-".to_string() } else { formats.join(", ") }
         );
+        let _ = writeln!(
+            o,
+            "  repeated calls: {} (in {} of {} trials)",
+            s.repeated_calls, s.trials_with_repeated_calls, s.n_trials
+        );
     }
     let _ = writeln!(o, "  per task:");
     let mut per_task: BTreeMap<&str, Vec<&super::results::TrialRecord>> = BTreeMap::new();
@@ -186,8 +191,15 @@ pub fn html_report(r: &ResultsFile) -> String {
     }
     let _ = write!(
         h,
-        "<tr><th>tokens</th><td>{} prompt, {} completion</td></tr><tr><th>trial time</th><td>{:.1} s total, {:.1} s mean</td></tr></table>",
-        s.tokens.prompt_tokens, s.tokens.completion_tokens, s.trial_secs_total, s.trial_secs_mean
+        "<tr><th>tokens</th><td>{} prompt, {} completion</td></tr><tr><th>trial time</th><td>{:.1} s total, {:.1} s mean</td></tr>\
+         <tr><th>repeated calls</th><td>{} (in {} of {} trials)</td></tr></table>",
+        s.tokens.prompt_tokens,
+        s.tokens.completion_tokens,
+        s.trial_secs_total,
+        s.trial_secs_mean,
+        s.repeated_calls,
+        s.trials_with_repeated_calls,
+        s.n_trials
     );
     let _ = write!(h, "<h2>Resolved per task</h2>{}", bars_svg(&task_rows));
     let _ = write!(h, "<h2>Failure modes</h2>{}", bars_svg(&mode_rows));
@@ -198,7 +210,7 @@ pub fn html_report(r: &ResultsFile) -> String {
     }
     let _ = write!(h, "<h2>Trial time</h2>{}", histogram_svg(&times, 12, "s"));
     let _ = write!(h, "<h2>Tokens per trial</h2>{}", histogram_svg(&tokens, 12, "tok"));
-    h.push_str("<h2>Trials</h2><table><tr><th>task</th><th>#</th><th>resolved</th><th>failure mode</th><th>verified by</th><th>time (s)</th><th>tokens</th><th>reason</th></tr>");
+    h.push_str("<h2>Trials</h2><table><tr><th>task</th><th>#</th><th>resolved</th><th>failure mode</th><th>verified by</th><th>time (s)</th><th>tokens</th><th>repeated calls</th><th>reason</th></tr>");
     for t in &r.trials {
         let verified = t
             .verified_by
@@ -207,7 +219,7 @@ pub fn html_report(r: &ResultsFile) -> String {
             .unwrap_or_default();
         let _ = write!(
             h,
-            "<tr><td><a href=\"{task}/attempt-{a}/\">{task}</a></td><td>{a}</td><td class=\"{cls}\">{res}</td><td>{fm}</td><td>{verified}</td><td>{secs:.1}</td><td>{tok}</td><td>{reason}</td></tr>",
+            "<tr><td><a href=\"{task}/attempt-{a}/\">{task}</a></td><td>{a}</td><td class=\"{cls}\">{res}</td><td>{fm}</td><td>{verified}</td><td>{secs:.1}</td><td>{tok}</td><td>{rep}</td><td>{reason}</td></tr>",
             task = esc(&t.task),
             a = t.attempt,
             cls = if t.resolved { "ok" } else { "ko" },
@@ -215,6 +227,7 @@ pub fn html_report(r: &ResultsFile) -> String {
             fm = t.failure_mode.as_str(),
             secs = t.timings.total_secs,
             tok = t.usage.prompt_tokens + t.usage.completion_tokens,
+            rep = t.repeated_calls,
             reason = esc(&t.reason)
         );
     }
@@ -243,8 +256,9 @@ mod tests {
             difficulty: Some("easy".into()),
             category: None,
             usage: Default::default(),
-            turns: 0,
+            turns: 4,
             parse_error_turns: 0,
+            repeated_calls: if resolved { 0 } else { 2 },
             tool_format: None,
             agent_ended: String::new(),
             agent_end_reason: None,
@@ -270,8 +284,11 @@ mod tests {
         };
         let t = summary_table(&r, Some(3.0));
         assert!(t.contains("accuracy     50.0%") && t.contains("parse_error 1") && t.contains("pass@1"), "{t}");
+        assert!(t.contains("repeated calls: 2 (in 1 of 2 trials)"), "{t}");
         let h = html_report(&r);
         assert!(h.contains("<svg") && h.contains("no &lt;summary&gt;") && h.contains("50.0%"));
+        assert!(h.contains("<th>repeated calls</th><td>2 (in 1 of 2 trials)</td>"), "{h}");
+        assert!(h.contains("<td>2</td><td>no &lt;summary&gt;</td>"), "the trial's count in its row: {h}");
         assert!(!h.contains("http://") || h.contains("xmlns=\"http://www.w3.org/2000/svg\""));
     }
 }

@@ -92,6 +92,10 @@ pub struct TrialRecord {
     /// Turns whose reply had a parse error (a malformed call, or no call at all).
     #[serde(default)]
     pub parse_error_turns: u32,
+    /// Tool calls that repeated an identical earlier call with nothing changed in between
+    /// (the trajectory's `repeated_calls`; 0 for the oracle, nop and older results).
+    #[serde(default)]
+    pub repeated_calls: u32,
     /// The action format the agent used (`native` or `text`; absent for the oracle and
     /// nop; results written before it was typed have `""` there).
     #[serde(default, deserialize_with = "empty_as_none", skip_serializing_if = "Option::is_none")]
@@ -243,6 +247,7 @@ mod tests {
             usage: TokenUsage::default(),
             turns: 0,
             parse_error_turns: 0,
+            repeated_calls: 3,
             tool_format: None,
             agent_ended: String::new(),
             agent_end_reason: None,
@@ -257,6 +262,13 @@ mod tests {
         assert_eq!(load_trial(d.path(), "t", 0).unwrap(), rec);
         let text = std::fs::read_to_string(d.path().join("t/attempt-0/result.json")).unwrap();
         assert!(text.contains("\"failure_mode\": \"test_timeout\"") && text.contains("\"fallback-pytest\""), "{text}");
+        assert!(text.contains("\"repeated_calls\": 3"), "{text}");
+        let older = text.replace("\"repeated_calls\": 3,", "");
+        assert_eq!(
+            serde_json::from_str::<TrialRecord>(&older).unwrap().repeated_calls,
+            0,
+            "a result without the count"
+        );
         let e = load_manifest(d.path()).unwrap_err().to_string();
         assert!(e.contains("run.json") && e.contains("--resume"), "{e}");
     }

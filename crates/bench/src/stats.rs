@@ -43,6 +43,13 @@ pub struct Summary {
     /// `parse_error_turns / turns` (0 without turns).
     #[serde(default)]
     pub parse_error_rate: f64,
+    /// Tool calls in all trials that repeated an identical earlier call with nothing
+    /// changed in between.
+    #[serde(default)]
+    pub repeated_calls: u64,
+    /// Trials with at least one repeated call.
+    #[serde(default)]
+    pub trials_with_repeated_calls: usize,
 }
 
 /// The unbiased estimator of pass@k for one task with `n` trials of which `c`
@@ -114,6 +121,8 @@ pub fn summarise(trials: &[TrialRecord]) -> Summary {
         s.trial_secs_total += t.timings.total_secs;
         s.turns += u64::from(t.turns);
         s.parse_error_turns += u64::from(t.parse_error_turns);
+        s.repeated_calls += u64::from(t.repeated_calls);
+        s.trials_with_repeated_calls += usize::from(t.repeated_calls > 0);
     }
     if s.turns > 0 {
         s.parse_error_rate = s.parse_error_turns as f64 / s.turns as f64;
@@ -153,6 +162,7 @@ mod tests {
             usage: TokenUsage { prompt_tokens: 10, completion_tokens: 1 },
             turns: 1,
             parse_error_turns: 0,
+            repeated_calls: 0,
             tool_format: None,
             agent_ended: String::new(),
             agent_end_reason: None,
@@ -188,6 +198,12 @@ mod tests {
         assert_eq!(s.by_category["x"].accuracy, 0.5);
         assert_eq!(s.failure_modes["agent_timeout"], 3);
         assert_eq!(s.tokens.prompt_tokens, 40);
+        assert_eq!((s.repeated_calls, s.trials_with_repeated_calls), (0, 0));
+        let mut looping = t.clone();
+        looping[1].repeated_calls = 2;
+        looping[3].repeated_calls = 5;
+        let s = summarise(&looping);
+        assert_eq!((s.repeated_calls, s.trials_with_repeated_calls), (7, 2));
         // One attempt: the binomial error.
         let s = summarise(&t[..1]);
         assert_eq!(s.stderr, 0.0);

@@ -63,6 +63,7 @@ pub async fn run_trial_with(
         usage: Default::default(),
         turns: 0,
         parse_error_turns: 0,
+        repeated_calls: 0,
         tool_format: None,
         agent_ended: String::new(),
         agent_end_reason: None,
@@ -191,6 +192,7 @@ async fn run_placed(
     rec.usage = outcome.usage;
     rec.turns = outcome.turns;
     rec.parse_error_turns = outcome.parse_error_turns;
+    rec.repeated_calls = outcome.repeated_calls;
     rec.tool_format = outcome.tool_format;
     rec.agent_ended = outcome.ended.clone();
     rec.agent_end_reason = outcome.end_reason;

@@ -47,6 +47,27 @@ pub struct Config {
     /// The built-in tools the model is offered (default: all); `finish` is always kept.
     /// A short list keeps the prompt short for small models (`tools = ["bash"]`).
     pub tools: Option<Vec<String>>,
+    /// Hold every reply to the action format's grammar while sampling, so that a call
+    /// cannot be malformed or name a tool that was not offered (local engines; APIs
+    /// ignore it). Unset means on.
+    pub constrain_calls: Option<bool>,
+    /// Tell the model when it makes the same call again with nothing changed in between
+    /// (a failing command at once, any call the third time). Unset means on.
+    pub repeat_notes: Option<bool>,
+    /// The system prompt and tool list: `full`, or `compact` (bash, file and finish with
+    /// one-sentence descriptions, a short prompt) for small models. Unset: compact for the
+    /// built-in models, full for any other.
+    pub prompt_profile: Option<PromptProfile>,
+}
+
+/// How much of the system prompt and tool list a model gets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum PromptProfile {
+    /// The whole prompt and every tool.
+    Full,
+    /// A short prompt and the tools a small model uses, each described in one sentence.
+    Compact,
 }
 
 /// Stop conditions of an episode.

@@ -338,6 +338,7 @@ mod tests {
             messages: vec![ChatMessage::new(Role::System, "be fair"), ChatMessage::new(Role::User, "judge")],
             sampling: SamplingParams { temperature: Some(0.2), ..Default::default() },
             tools: vec![],
+            grammar: None,
         };
         let body = b.body(&req);
         assert_eq!(body["system"], "be fair");

@@ -29,6 +29,9 @@ pub struct GenerationRequest {
     /// Report each sampled token's log-probability, with this many of the most likely
     /// alternatives (0: the sampled token's alone); `None` reports none.
     pub logprobs: Option<u32>,
+    /// A grammar the reply must match (see [`crate::ChatRequest::grammar`]); it applies
+    /// to what is sampled after the prompt's prefill.
+    pub grammar: Option<String>,
 }
 
 /// A candidate token and its log-probability.

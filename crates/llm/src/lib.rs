@@ -11,6 +11,7 @@ mod anthropic;
 mod chat_template;
 pub mod date;
 mod generation;
+pub mod grammar;
 mod local_options;
 pub mod models;
 mod openai;
@@ -139,6 +140,13 @@ pub trait ModelBackend: Send + Sync {
     /// Whether the model takes tools natively (JSON schemas in the request, calls in the
     /// model's own format); `--tool-format auto` picks the native format when it does.
     fn native_tools(&self) -> bool {
+        false
+    }
+
+    /// Whether the backend enforces [`ChatRequest::grammar`] (and
+    /// [`GenerationRequest::grammar`]) while sampling: the in-process engines do; APIs
+    /// ignore a grammar.
+    fn enforces_grammar(&self) -> bool {
         false
     }
 

@@ -14,6 +14,16 @@
 //! A mapping may also carry `tool_calls`, native calls returned as structured data as an
 //! API returns them (`- tool_calls: [{name: bash, arguments: {cmd: ls}}]`, `reply` then
 //! optional); a script with any of them makes the backend report native tool support.
+//!
+//! The file may also be a mapping holding that list under `replies`, with
+//! `native_tools: true` to report native tool support for replies that write their calls
+//! as text (`<tool_call>` JSON, as a local model's chat template has it):
+//!
+//! ```yaml
+//! native_tools: true
+//! replies:
+//!   - "<tool_call>\n{\"name\": \"bash\", \"arguments\": {\"cmd\": \"ls\"}}\n</tool_call>"
+//! ```
 
 use std::path::Path;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -52,6 +62,8 @@ pub struct ScriptedBackend {
     source: String,
     /// Every request received, for tests that check what the loop sent.
     seen: Mutex<Vec<ChatRequest>>,
+    /// The script declares native tool support (`native_tools: true`).
+    native: bool,
 }
 
 impl ScriptedBackend {
@@ -65,6 +77,7 @@ impl ScriptedBackend {
             next: AtomicUsize::new(0),
             source: "<inline script>".to_string(),
             seen: Mutex::new(Vec::new()),
+            native: false,
         }
     }
 
@@ -86,7 +99,13 @@ impl ScriptedBackend {
                     .collect(),
             })
             .collect();
-        Self { replies, next: AtomicUsize::new(0), source: "<inline script>".to_string(), seen: Mutex::new(Vec::new()) }
+        Self {
+            replies,
+            next: AtomicUsize::new(0),
+            source: "<inline script>".to_string(),
+            seen: Mutex::new(Vec::new()),
+            native: false,
+        }
     }
 
     /// The requests received so far, in order.
@@ -100,8 +119,8 @@ impl ScriptedBackend {
         let shown = path.display().to_string();
         let err = |reason: String| LlmError::ScriptFile { path: shown.clone(), reason };
         let text = std::fs::read_to_string(path).map_err(|e| err(e.to_string()))?;
-        let replies = parse_script(&text).map_err(err)?;
-        Ok(Self { replies, next: AtomicUsize::new(0), source: shown, seen: Mutex::new(Vec::new()) })
+        let (replies, native) = parse_script_file(&text).map_err(err)?;
+        Ok(Self { replies, next: AtomicUsize::new(0), source: shown, seen: Mutex::new(Vec::new()), native })
     }
 
     /// How many replies the script holds.
@@ -120,9 +139,25 @@ impl ScriptedBackend {
     }
 }
 
-/// Parses the YAML list of replies.
-fn parse_script(text: &str) -> Result<Vec<Reply>, String> {
+/// Parses a script file: the list of replies, or a mapping holding it under `replies`
+/// with `native_tools`; returns the replies and whether native tools are declared.
+fn parse_script_file(text: &str) -> Result<(Vec<Reply>, bool), String> {
     let value: Value = serde_yaml::from_str(text).map_err(|e| format!("not valid YAML: {e}"))?;
+    let Value::Mapping(map) = value else { return Ok((parse_replies(value)?, false)) };
+    let mut replies = Value::Null;
+    let mut native = false;
+    for (k, v) in map {
+        match k.as_str() {
+            Some("replies") => replies = v,
+            Some("native_tools") => native = v.as_bool().ok_or("`native_tools` must be true or false")?,
+            _ => return Err("expected a YAML list of replies, or a mapping with `replies` and `native_tools`".into()),
+        }
+    }
+    Ok((parse_replies(replies)?, native))
+}
+
+/// Parses the YAML list of replies.
+fn parse_replies(value: Value) -> Result<Vec<Reply>, String> {
     let items = match value {
         Value::Sequence(items) => items,
         Value::Null => Vec::new(),
@@ -225,7 +260,7 @@ impl ModelBackend for ScriptedBackend {
     }
 
     fn native_tools(&self) -> bool {
-        self.replies.iter().any(|r| !r.tool_calls.is_empty())
+        self.native || self.replies.iter().any(|r| !r.tool_calls.is_empty())
     }
 
     async fn chat(
@@ -299,6 +334,10 @@ mod tests {
     use super::*;
     use crate::{ChatMessage, Role};
 
+    fn parse_script(text: &str) -> Result<Vec<Reply>, String> {
+        parse_replies(serde_yaml::from_str(text).map_err(|e| e.to_string())?)
+    }
+
     fn req() -> ChatRequest {
         ChatRequest { messages: vec![ChatMessage::new(Role::User, "hello there")], ..Default::default() }
     }
@@ -338,6 +377,32 @@ mod tests {
         assert_eq!(r[0].tool_calls[1].id, "f");
         assert!(parse_script("- tool_calls: [{arguments: {}}]").unwrap_err().contains("name"));
         assert!(parse_script("- {reply: x, delay_ms: -1}").is_err());
+    }
+
+    #[test]
+    fn a_script_may_declare_native_tools() {
+        let (r, native) =
+            parse_script_file("native_tools: true\nreplies:\n  - \"<tool_call>{}</tool_call>\"\n").unwrap();
+        assert!(native);
+        assert_eq!(r[0].text, "<tool_call>{}</tool_call>");
+        assert!(!parse_script_file("- hi\n").unwrap().1, "a list declares nothing");
+        assert!(parse_script_file("native_tools: maybe\nreplies: []").is_err());
+        assert!(parse_script_file("a: b").unwrap_err().contains("replies"));
+        let dir = tempfile_dir("native");
+        let file = dir.join("native.yaml");
+        std::fs::write(&file, "native_tools: true\nreplies: [hi]\n").unwrap();
+        let b = ScriptedBackend::from_file(&file).unwrap();
+        assert!(b.native_tools());
+        assert_eq!(b.len(), 1);
+        std::fs::write(&file, "- hi\n").unwrap();
+        assert!(!ScriptedBackend::from_file(&file).unwrap().native_tools());
+        std::fs::remove_dir_all(&dir).ok();
+    }
+
+    fn tempfile_dir(name: &str) -> std::path::PathBuf {
+        let dir = std::env::temp_dir().join(format!("agent-scripted-{name}-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        dir
     }
 
     #[tokio::test]

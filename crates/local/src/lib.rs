@@ -4,6 +4,7 @@
 //! `LocalLoader`); the speed benchmark of a model ([`model_speed`]); and a tiny random Qwen3
 //! for tests ([`tiny_qwen3`]).
 
+pub mod constraint;
 mod llamacpp;
 mod loader;
 pub mod lora_merge;

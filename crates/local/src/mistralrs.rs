@@ -279,6 +279,10 @@ impl MistralRsBackend {
         if let Some(t) = self.thinking {
             b = b.enable_thinking(t);
         }
+        // mistral.rs compiles Lark with the same llguidance as the llama.cpp engine.
+        if let Some(grammar) = &request.grammar {
+            b = b.set_constraint(mistralrs::Constraint::Lark(grammar.clone()));
+        }
         b
     }
 }
@@ -452,6 +456,10 @@ impl ModelBackend for MistralRsBackend {
 
     fn native_tools(&self) -> bool {
         self.native_tools
+    }
+
+    fn enforces_grammar(&self) -> bool {
+        true
     }
 }
 

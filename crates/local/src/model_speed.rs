@@ -30,6 +30,18 @@ pub struct PerfOptions {
     pub prompt_words: usize,
     /// Tools offered natively in the episode's turns (empty for the text format).
     pub tools: Vec<ToolDefinition>,
+    /// The grammar of the episode's replies: when set, a long tool call is decoded with
+    /// and without it, alternately, to measure what the constraint costs.
+    pub call_grammar: Option<String>,
+}
+
+/// Decoding one long tool call free and under its grammar (the same prompt, greedy).
+#[derive(Debug, Clone, Copy)]
+pub struct ConstraintCost {
+    /// The runs without the grammar, summed.
+    pub free: CallStats,
+    /// The runs with it, summed.
+    pub constrained: CallStats,
 }
 
 /// The first turn of one fresh session.
@@ -58,6 +70,8 @@ pub struct PerfReport {
     pub decode: CallStats,
     /// A long prompt sharing nothing with the episode, followed by one token.
     pub prompt: CallStats,
+    /// What the call grammar costs the decode, when one was given.
+    pub constraint: Option<ConstraintCost>,
 }
 
 /// A simulated tool observation, different every turn, about 150 tokens long, so that each
@@ -94,10 +108,21 @@ async fn call(
     tools: &[ToolDefinition],
     max_tokens: u32,
 ) -> Result<(String, CallStats), LlmError> {
+    call_with(backend, messages, tools, max_tokens, None).await
+}
+
+async fn call_with(
+    backend: &dyn ModelBackend,
+    messages: Vec<ChatMessage>,
+    tools: &[ToolDefinition],
+    max_tokens: u32,
+    grammar: Option<&str>,
+) -> Result<(String, CallStats), LlmError> {
     let request = ChatRequest {
         messages,
         sampling: SamplingParams { max_tokens: Some(max_tokens), temperature: Some(0.0), ..Default::default() },
         tools: tools.to_vec(),
+        grammar: grammar.map(str::to_string),
     };
     let started = Instant::now();
     let mut first: Option<Duration> = None;
@@ -158,6 +183,10 @@ pub async fn measure(
     let (_, prompt) =
         call(backend.as_ref(), vec![ChatMessage::new(Role::User, long_prompt(opts.prompt_words))], &[], 1).await?;
     on_progress(&format!("prompt: {} tokens", prompt.prompt_tokens));
+    let constraint = match &opts.call_grammar {
+        Some(grammar) => Some(constraint_cost(backend.as_ref(), opts, grammar, on_progress).await?),
+        None => None,
+    };
     drop(backend);
 
     let first_turn_warm = if resolve.local.prompt_cache_dir.is_some() {
@@ -172,7 +201,40 @@ pub async fn measure(
     } else {
         None
     };
-    Ok(PerfReport { backend: name, first_turn_cold, first_turn_warm, episode, decode, prompt })
+    Ok(PerfReport { backend: name, first_turn_cold, first_turn_warm, episode, decode, prompt, constraint })
+}
+
+/// Decodes one long call (a script written through the bash tool) three times free and
+/// three times under `grammar`, alternating so that a machine that slows down mid-run
+/// weighs on both alike.
+async fn constraint_cost(
+    backend: &dyn ModelBackend,
+    opts: &PerfOptions,
+    grammar: &str,
+    on_progress: &mut (dyn FnMut(&str) + Send),
+) -> Result<ConstraintCost, LlmError> {
+    let ask = "Use the bash tool once: its command writes /app/count.sh, a script with one `echo` line per \
+               number from 1 to 40 (`echo 1`, `echo 2`, ...), through a heredoc.";
+    let messages = vec![ChatMessage::new(Role::System, opts.system_prompt.clone()), ChatMessage::new(Role::User, ask)];
+    let mut free = CallStats::default();
+    let mut constrained = CallStats::default();
+    for round in 0..3 {
+        for with_grammar in [false, true] {
+            let g = with_grammar.then_some(grammar);
+            let (_, stats) = call_with(backend, messages.clone(), &opts.tools, opts.decode_tokens, g).await?;
+            let sum = if with_grammar { &mut constrained } else { &mut free };
+            sum.completion_tokens += stats.completion_tokens;
+            sum.decode += stats.decode;
+            on_progress(&format!(
+                "call decode {} (round {}): {} tokens at {:.1} tokens/s",
+                if with_grammar { "with the grammar" } else { "free" },
+                round + 1,
+                stats.completion_tokens,
+                stats.decode_tokens_per_sec().unwrap_or(0.0)
+            ));
+        }
+    }
+    Ok(ConstraintCost { free, constrained })
 }
 
 #[cfg(test)]

@@ -96,6 +96,10 @@ pub struct ChatRequest {
     pub sampling: SamplingParams,
     /// Tools offered for native tool calling; empty in the text action format.
     pub tools: Vec<ToolDefinition>,
+    /// A grammar the reply must match, in llguidance's Lark dialect: the local engines
+    /// (llama.cpp, mistral.rs) enforce it while sampling, so a tool call cannot be
+    /// malformed; remote APIs ignore it. `None` leaves sampling free.
+    pub grammar: Option<String>,
 }
 
 /// Why generation stopped.

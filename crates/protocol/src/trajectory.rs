@@ -19,6 +19,10 @@ fn schema_v1() -> u32 {
     1
 }
 
+fn is_zero(n: &u32) -> bool {
+    *n == 0
+}
+
 /// One tool call parsed from a model reply, with validated arguments.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct Action {
@@ -154,6 +158,10 @@ pub struct TurnRecord {
     /// made the kept text cannot be told exactly, and a trainer must not learn the repeats.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub token_ids_dropped: bool,
+    /// Calls of this turn that repeat an identical earlier call (same tool and arguments)
+    /// with nothing changed in between (`episode::repeats`); absent when none did.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub repeated_calls: u32,
 }
 
 impl TurnRecord {
@@ -171,6 +179,9 @@ pub struct EpisodeEndRecord {
     pub usage: TokenUsage,
     pub finish_message: Option<String>,
     pub duration_ms: u64,
+    /// The episode's repeated calls: the turns' `repeated_calls` summed; absent when none.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub repeated_calls: u32,
 }
 
 /// One line of the file.
@@ -233,6 +244,11 @@ impl Trajectory {
         }
     }
 
+    /// Repeated calls of the episode, from its turns (so also for a file cut before its end).
+    pub fn repeated_calls(&self) -> u32 {
+        self.turns.iter().map(|t| t.repeated_calls).sum()
+    }
+
     /// The task instruction: the first turn's user message.
     pub fn task(&self) -> Option<&str> {
         self.turns.first().map(|t| t.user.content.as_str())
@@ -277,6 +293,7 @@ mod tests {
             tool_calls: vec![ToolCall { id: "c1".into(), name: "bash".into(), arguments: serde_json::json!({}) }],
             cut: Some("repeated".into()),
             token_ids_dropped: true,
+            repeated_calls: 1,
         }
     }
 
@@ -297,6 +314,7 @@ mod tests {
             usage: TokenUsage::default(),
             finish_message: Some("done".into()),
             duration_ms: 9,
+            repeated_calls: 1,
         };
         let lines =
             [TrajectoryLine::EpisodeStart(start), TrajectoryLine::Turn(full_turn()), TrajectoryLine::EpisodeEnd(end)];
@@ -307,6 +325,9 @@ mod tests {
         assert_eq!(back.end.as_ref().unwrap().reason, EndReason::Finished);
         assert_eq!(back.task(), Some("make hello.txt"));
         assert_eq!(back.turns[0].malformed_actions(), 0);
+        assert_eq!((back.repeated_calls(), back.end.as_ref().unwrap().repeated_calls), (1, 1));
+        let plain = TurnRecord { repeated_calls: 0, ..full_turn() };
+        assert!(serde_json::to_value(plain).unwrap().get("repeated_calls").is_none(), "none is not written");
 
         let v1 = concat!(
             r#"{"type":"episode_start","episode_id":"e","run_id":"r","model":"m","image":"i","started_at_unix_ms":1,"system_prompt":"s"}"#,
@@ -316,6 +337,8 @@ mod tests {
             r#"{"type":"episode_end","reason":"max_turns","turns":1,"usage":{"prompt_tokens":1,"completion_tokens":1},"finish_message":null,"duration_ms":9}"#,
         );
         let t = Trajectory::parse(v1).unwrap();
+        // Files written before repeats were counted read as none.
+        assert_eq!((t.repeated_calls(), t.end.as_ref().unwrap().repeated_calls), (0, 0));
         assert_eq!(t.start.unwrap().schema, 1);
         assert_eq!(t.turns[0].malformed_actions(), 1);
         assert_eq!(t.end.unwrap().reason, EndReason::MaxTurns);
@@ -364,6 +387,7 @@ mod tests {
             usage: TokenUsage::default(),
             finish_message: None,
             duration_ms: 0,
+            repeated_calls: 2,
         });
         let cases = [
             ("`episode_start`", serde_json::to_value(start).unwrap()),

@@ -242,3 +242,22 @@ pub fn host_git(dir: &std::path::Path, args: &[&str]) -> String {
     assert!(out.status.success(), "git {args:?}: {}", String::from_utf8_lossy(&out.stderr));
     String::from_utf8_lossy(&out.stdout).to_string()
 }
+
+/// Whether `text` is a whole reply that the llguidance Lark `grammar` allows, fed one byte
+/// per token as a sampler would see it (every byte, then the end); panics when the grammar
+/// does not compile.
+pub fn grammar_accepts(grammar: &str, text: &str) -> bool {
+    use llguidance::api::TopLevelGrammar;
+    use llguidance::{Matcher, ParserFactory};
+    let env = toktrie::ApproximateTokEnv::single_byte_env();
+    let mut factory = ParserFactory::new_simple(&env).unwrap();
+    factory.quiet();
+    let mut matcher = Matcher::new(factory.create_parser(TopLevelGrammar::from_lark(grammar.to_string())));
+    assert!(!matcher.is_error(), "the grammar does not compile: {:?}\n{grammar}", matcher.get_error());
+    let tokens: Vec<u32> = text.bytes().map(u32::from).collect();
+    if matcher.validate_tokens(&tokens).unwrap() < tokens.len() {
+        return false;
+    }
+    matcher.consume_tokens(&tokens).unwrap();
+    matcher.is_accepting().unwrap()
+}

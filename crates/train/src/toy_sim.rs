@@ -59,6 +59,7 @@ fn roll(
             seed,
             stop: vec![im_end],
             cancel: Default::default(),
+            grammar: None,
             reply: tx,
         })
         .unwrap();

@@ -10,6 +10,7 @@ use serde_json::Value;
 
 use agent_protocol::{ApprovalDecision, ApprovalMode, Event, Op, TokenUsage};
 
+use super::call_filter::CallFilter;
 use super::cell::{CellKind, ToolCell, ToolStatus};
 use super::commands::run_slash;
 use super::composer::Composer;
@@ -471,7 +472,9 @@ impl App {
         self.stream = None;
         self.approval = None;
         self.transcript.update_all(|c| match c {
-            CellKind::Assistant { streaming, .. } if *streaming => {
+            CellKind::Assistant { reply, streaming } if *streaming => {
+                // What was held back as a possible call opener is prose after all.
+                reply.finish();
                 *streaming = false;
                 true
             }
@@ -499,41 +502,19 @@ impl App {
                 // Decode speed counts from the first text, not from the prompt's start.
                 self.stream = None;
                 self.prompt_progress = None;
-                self.transcript.push(CellKind::Assistant { text: String::new(), streaming: true });
+                self.transcript.push(CellKind::Assistant { reply: CallFilter::new(), streaming: true });
                 self.transcript.scroll = 0;
             }
             Event::PromptProgress { evaluated, total, .. } => {
                 self.prompt_progress = Some((evaluated, total));
                 self.status.context_used = total;
             }
-            Event::AssistantDelta { text, .. } => {
-                self.prompt_progress = None;
-                let (started, chars) = self.stream.get_or_insert_with(|| (Instant::now(), 0));
-                *chars += text.len();
-                let secs = started.elapsed().as_secs_f64();
-                if secs > 0.2 {
-                    // Four bytes per token, as the core's own estimate.
-                    self.status.tokens_per_sec = Some(*chars as f64 / 4.0 / secs);
-                }
-                if let Some(CellKind::Assistant { text: t, streaming: true }) = self.transcript.last_mut() {
-                    t.push_str(&text);
-                }
-            }
-            Event::AssistantMessage { text, .. } => {
-                self.stream = None;
-                let last_streaming =
-                    matches!(self.transcript.cells().next_back(), Some(CellKind::Assistant { streaming: true, .. }));
-                if last_streaming {
-                    if let Some(CellKind::Assistant { text: t, streaming }) = self.transcript.last_mut() {
-                        *t = text;
-                        *streaming = false;
-                    }
-                } else {
-                    self.transcript.push(CellKind::Assistant { text, streaming: false });
-                }
-            }
-            Event::ParseError { message, .. } => self.error(format!("the reply had no valid action: {message}")),
+            Event::AssistantDelta { text, .. } => self.reply_delta(&text),
+            Event::AssistantMessage { text, .. } => self.reply_message(&text),
+            Event::ParseError { message, .. } => self.parse_error(&message),
             Event::ToolCallBegin { call_id, tool, args } => {
+                // A call the core did read is drawn as its cell only.
+                self.transcript.last_reply_mut(|r| r.hide_call_of(&tool));
                 self.transcript.push(CellKind::Tool(ToolCell {
                     call_id,
                     tool,
@@ -612,6 +593,9 @@ impl App {
         effects
     }
 }
+
+#[path = "app_reply.rs"]
+mod reply_events;
 
 #[cfg(test)]
 #[path = "app_tests.rs"]

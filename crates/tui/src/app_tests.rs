@@ -112,7 +112,7 @@ fn streaming_builds_one_assistant_cell_and_the_core_ends_the_turn() {
     a.on_core(Event::AssistantDelta { turn: 1, text: "Hello ".into() });
     a.on_core(Event::AssistantDelta { turn: 1, text: "world".into() });
     assert!(
-        matches!(a.transcript.cells().next_back(), Some(CellKind::Assistant { text, streaming: true }) if text == "Hello world")
+        matches!(a.transcript.cells().next_back(), Some(CellKind::Assistant { reply, streaming: true }) if reply.text() == "Hello world")
     );
     a.on_core(Event::AssistantMessage { turn: 1, text: "Hello world".into() });
     a.on_core(Event::ToolCallBegin {
@@ -207,7 +207,7 @@ fn replaying_a_saved_session_rebuilds_the_transcript() {
     crate::runner::replay(&mut a, &records);
     let cells: Vec<&CellKind> = a.transcript.cells().collect();
     assert!(matches!(cells[1], CellKind::User { text } if text == "hello"));
-    assert!(matches!(cells[2], CellKind::Assistant { text, streaming: false } if text == "Hi there."));
+    assert!(matches!(cells[2], CellKind::Assistant { reply, streaming: false } if reply.text() == "Hi there."));
     assert!(
         matches!(cells[3], CellKind::Tool(t) if t.status == ToolStatus::Done { exit_code: Some(0), duration_ms: 3, timed_out: false })
     );
@@ -369,4 +369,56 @@ fn esc_esc_lists_checkpoints_newest_first_and_asks_what_to_restore() {
     a.busy = true;
     a.open_rewind();
     assert!(a.popup.is_none() && a.hint.as_deref().unwrap_or_default().contains("Esc interrupts"));
+}
+
+/// The calls of the newest reply: (tool, drawn raw).
+fn reply_calls(a: &App) -> Vec<(Option<String>, bool)> {
+    match a.transcript.cells().rev().find(|c| matches!(c, CellKind::Assistant { .. })) {
+        Some(CellKind::Assistant { reply, .. }) => reply.calls().map(|c| (c.tool(), c.shown)).collect(),
+        _ => Vec::new(),
+    }
+}
+
+#[test]
+fn a_parse_error_shows_the_calls_as_written_and_a_call_that_runs_is_its_cell_only() {
+    let mut a = app();
+    a.user_turn("go".into());
+    a.on_core(Event::TurnStarted { turn: 1 });
+    let text = "<tool_call>\n{\"name\": \"bsah\"}\n</tool_call>\n<tool_call>\n{\"name\": \"bash\", \"arguments\": {\"cmd\": \"ls\"}}\n</tool_call>";
+    for piece in text.split_inclusive('\n') {
+        a.on_core(Event::AssistantDelta { turn: 1, text: piece.into() });
+    }
+    a.on_core(Event::AssistantMessage { turn: 1, text: text.into() });
+    let hidden = vec![(Some("bsah".to_string()), false), (Some("bash".to_string()), false)];
+    assert_eq!(reply_calls(&a), hidden);
+    a.on_core(Event::ParseError { turn: 1, message: "unknown tool `bsah`".into() });
+    assert_eq!(reply_calls(&a), vec![(Some("bsah".to_string()), true), (Some("bash".to_string()), true)]);
+    a.on_core(Event::ToolCallBegin {
+        call_id: "1.1".into(),
+        tool: "bash".into(),
+        args: serde_json::json!({"cmd": "ls"}),
+    });
+    assert_eq!(reply_calls(&a), vec![(Some("bsah".to_string()), true), (Some("bash".to_string()), false)]);
+    // The next turn's calls start hidden; the old reply keeps its raw call.
+    a.on_core(Event::TurnStarted { turn: 2 });
+    a.on_core(Event::AssistantDelta { turn: 2, text: "<bash>\ncmd: ls\n</bash>".into() });
+    assert_eq!(reply_calls(&a), vec![(Some("bash".to_string()), false)]);
+}
+
+#[test]
+fn an_interrupted_reply_draws_what_it_held_back() {
+    let mut a = app();
+    a.user_turn("go".into());
+    a.on_core(Event::TurnStarted { turn: 1 });
+    a.on_core(Event::AssistantDelta { turn: 1, text: "Compare a <tool".into() });
+    let prose = |a: &App| match a.transcript.cells().next_back() {
+        Some(CellKind::Assistant { reply, .. }) => reply.prose(),
+        _ => String::new(),
+    };
+    assert_eq!(prose(&a), "Compare a ");
+    a.on_core(Event::Interrupted);
+    let reply = a.transcript.cells().rev().find(|c| matches!(c, CellKind::Assistant { .. }));
+    assert!(
+        matches!(reply, Some(CellKind::Assistant { reply, streaming: false }) if reply.prose() == "Compare a <tool")
+    );
 }

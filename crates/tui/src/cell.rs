@@ -1,10 +1,13 @@
 //! Transcript cells (one user message, one assistant reply, one tool call, ...) and
 //! how each one draws itself as unwrapped lines.
 
+use std::mem;
+
 use ratatui::style::{Color, Modifier, Style};
 use ratatui::text::{Line, Span};
 use serde_json::Value;
 
+use super::call_filter::{CallFilter, CallText, Piece};
 use super::diff::edit_diff;
 use super::markdown::render_markdown;
 use super::reply::split_reply;
@@ -49,8 +52,9 @@ pub enum CellKind {
     User {
         text: String,
     },
+    /// A reply: its prose, and its calls held apart (each is drawn as its tool cell).
     Assistant {
-        text: String,
+        reply: CallFilter,
         streaming: bool,
     },
     Tool(ToolCell),
@@ -61,6 +65,13 @@ pub enum CellKind {
     Error {
         text: String,
     },
+}
+
+impl CellKind {
+    /// A whole assistant reply.
+    pub fn assistant(text: &str) -> CellKind {
+        CellKind::Assistant { reply: CallFilter::from_text(text), streaming: false }
+    }
 }
 
 /// Switches that change how cells draw.
@@ -98,7 +109,7 @@ pub fn cell_lines(cell: &CellKind, opts: RenderOpts) -> Vec<Line<'static>> {
                 })
                 .collect()
         }
-        CellKind::Assistant { text, streaming } => assistant_lines(text, *streaming, opts),
+        CellKind::Assistant { reply, streaming } => assistant_lines(reply, *streaming, opts),
         CellKind::Tool(t) => tool_lines(t, opts),
         CellKind::Info { text } => text.lines().map(|l| Line::from(Span::styled(format!("  {l}"), dim()))).collect(),
         CellKind::Error { text } => text
@@ -111,10 +122,26 @@ pub fn cell_lines(cell: &CellKind, opts: RenderOpts) -> Vec<Line<'static>> {
     }
 }
 
-fn assistant_lines(text: &str, streaming: bool, opts: RenderOpts) -> Vec<Line<'static>> {
-    let parts = split_reply(text);
+/// A reply's lines: its thinking (folded), then its prose as Markdown, with the raw text
+/// of the calls the core could not read where they were written.
+fn assistant_lines(reply: &CallFilter, streaming: bool, opts: RenderOpts) -> Vec<Line<'static>> {
+    let mut thinking: Vec<String> = Vec::new();
+    let mut body: Vec<Line<'static>> = Vec::new();
+    let mut prose = String::new();
+    for piece in reply.pieces() {
+        match piece {
+            Piece::Text(t) => prose.push_str(t),
+            Piece::Call(call) if call.shown => {
+                prose_lines(&mem::take(&mut prose), &mut thinking, &mut body);
+                body.extend(raw_call_lines(call));
+            }
+            Piece::Call(_) => {}
+        }
+    }
+    prose_lines(&prose, &mut thinking, &mut body);
     let mut out = Vec::new();
-    if let Some(thinking) = &parts.thinking {
+    if !thinking.is_empty() {
+        let thinking = thinking.join("\n");
         let n = thinking.lines().count();
         if opts.expanded {
             out.push(Line::from(Span::styled("✻ thinking", dim().add_modifier(Modifier::ITALIC))));
@@ -130,7 +157,6 @@ fn assistant_lines(text: &str, streaming: bool, opts: RenderOpts) -> Vec<Line<'s
             )));
         }
     }
-    let body = render_markdown(&parts.prose);
     for (i, line) in body.into_iter().enumerate() {
         let mut spans = vec![Span::styled(if i == 0 { "● " } else { "  " }, Style::new().fg(Color::Cyan))];
         spans.extend(line.spans);
@@ -140,6 +166,30 @@ fn assistant_lines(text: &str, streaming: bool, opts: RenderOpts) -> Vec<Line<'s
         out.push(Line::from(Span::styled("● …", dim())));
     }
     out
+}
+
+/// Adds the thinking and the Markdown lines of a stretch of prose.
+fn prose_lines(prose: &str, thinking: &mut Vec<String>, body: &mut Vec<Line<'static>>) {
+    if prose.is_empty() {
+        return;
+    }
+    let parts = split_reply(prose);
+    thinking.extend(parts.thinking);
+    body.extend(render_markdown(&parts.prose));
+}
+
+/// A call the core could not read, as written, so that the user sees what went wrong.
+fn raw_call_lines(call: &CallText) -> Vec<Line<'static>> {
+    let mut lines: Vec<Line<'static>> = call
+        .raw
+        .trim_matches('\n')
+        .lines()
+        .map(|l| Line::from(vec![Span::styled("┆ ", dim()), Span::styled(l.replace('\t', "    "), dim())]))
+        .collect();
+    if !call.closed {
+        lines.push(Line::from(Span::styled("┆ (the call was never closed)", dim().add_modifier(Modifier::ITALIC))));
+    }
+    lines
 }
 
 /// A one-line summary of a call's arguments.
@@ -337,10 +387,46 @@ mod tests {
 
     #[test]
     fn thinking_is_one_line_until_expanded() {
-        let cell = CellKind::Assistant { text: "<think>a\nb\nc</think>The answer.".into(), streaming: false };
+        let cell = CellKind::assistant("<think>a\nb\nc</think>The answer.");
         let lines = text(&cell_lines(&cell, RenderOpts::default()));
         assert_eq!(lines, vec!["✻ thinking (3 lines, Ctrl+O to show)", "● The answer."]);
         let lines = text(&cell_lines(&cell, RenderOpts { expanded: true }));
         assert_eq!(lines.len(), 5);
+    }
+
+    #[test]
+    fn calls_are_left_out_until_revealed_and_then_drawn_raw_where_written() {
+        let mut reply = CallFilter::from_text(
+            "Let me look.\n<tool_call>\n{\"name\": \"bsah\", \"arguments\": {}}\n</tool_call>\nThen this.",
+        );
+        let cell = CellKind::Assistant { reply: reply.clone(), streaming: false };
+        assert_eq!(text(&cell_lines(&cell, RenderOpts::default())), vec!["● Let me look.", "  ", "  Then this."]);
+        reply.reveal_calls();
+        let cell = CellKind::Assistant { reply, streaming: false };
+        let lines = cell_lines(&cell, RenderOpts::default());
+        assert_eq!(
+            text(&lines),
+            vec![
+                "● Let me look.",
+                "  ┆ <tool_call>",
+                "  ┆ {\"name\": \"bsah\", \"arguments\": {}}",
+                "  ┆ </tool_call>",
+                "  Then this.",
+            ]
+        );
+        assert_eq!(lines[2].spans[2].style, dim(), "the raw call is dim");
+    }
+
+    #[test]
+    fn a_reply_that_is_only_a_call_shows_a_placeholder_while_it_streams() {
+        let mut reply = CallFilter::new();
+        reply.push("<tool_call>\n{\"name\": \"bash\"");
+        let cell = CellKind::Assistant { reply: reply.clone(), streaming: true };
+        assert_eq!(text(&cell_lines(&cell, RenderOpts::default())), vec!["● …"]);
+        reply.finish();
+        reply.reveal_calls();
+        let cell = CellKind::Assistant { reply, streaming: false };
+        let lines = text(&cell_lines(&cell, RenderOpts::default()));
+        assert_eq!(lines.last().map(String::as_str), Some("  ┆ (the call was never closed)"), "{lines:?}");
     }
 }

@@ -56,10 +56,7 @@ fn filled(lines: usize) -> App {
     let mut i = 0;
     while total < lines {
         let cell = if i % 2 == 0 {
-            CellKind::Assistant {
-                text: format!("## Step {i}\n\nI will **check** the `config` first:\n\n- read it\n- fix it\n\n```rust\nfn step_{i}() -> u32 {{\n    {i}\n}}\n```\n"),
-                streaming: false,
-            }
+            CellKind::assistant(&format!("## Step {i}\n\nI will **check** the `config` first:\n\n- read it\n- fix it\n\n```rust\nfn step_{i}() -> u32 {{\n    {i}\n}}\n```\n"))
         } else {
             CellKind::Tool(ToolCell {
                 call_id: format!("{i}"),

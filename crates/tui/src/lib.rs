@@ -6,6 +6,7 @@
 
 pub mod app;
 mod attach;
+pub mod call_filter;
 pub mod cell;
 pub mod checkpoints;
 mod commands;

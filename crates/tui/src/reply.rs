@@ -1,8 +1,6 @@
-//! Splits an assistant reply into what the transcript shows: the thinking (shown
-//! collapsed) and the prose, without the action tags (each action gets its own cell).
-
-/// Tags whose blocks are actions or tool calls, not prose.
-const ACTION_TAGS: &[&str] = &["bash", "file", "search", "todo", "scratchpad", "finish", "tool_call"];
+//! Splits the prose of an assistant reply (its calls already held apart by
+//! [`super::call_filter`]) into what the transcript shows: the thinking (shown collapsed)
+//! and the Markdown.
 
 /// The parts of a reply.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -40,44 +38,22 @@ pub fn split_reply(text: &str) -> ReplyParts {
             }
         }
     }
-    let prose = strip_actions(&rest);
     let thinking = thinking.trim();
-    ReplyParts { thinking: (!thinking.is_empty()).then(|| thinking.to_string()), prose: tidy(&prose) }
+    ReplyParts { thinking: (!thinking.is_empty()).then(|| thinking.to_string()), prose: tidy(&rest) }
 }
 
-/// Removes action blocks; an unclosed one (still streaming) is cut to the end.
-fn strip_actions(text: &str) -> String {
-    let mut out = String::new();
-    let mut s = text;
-    while let Some((start, tag)) = first_open_tag(s) {
-        out.push_str(&s[..start]);
-        let close = format!("</{tag}>");
-        let body = &s[start..];
-        match body.find(&close) {
-            Some(end) => s = &body[end + close.len()..],
-            None => {
-                s = "";
-                break;
-            }
-        }
-    }
-    out.push_str(s);
-    out
-}
-
-fn first_open_tag(s: &str) -> Option<(usize, &'static str)> {
-    ACTION_TAGS.iter().filter_map(|tag| s.find(&format!("<{tag}>")).map(|i| (i, *tag))).min_by_key(|(i, _)| *i)
-}
-
-/// Drops code fences left empty by removed actions and collapses blank runs.
+/// Drops code fences left empty by calls held apart and collapses blank runs (outside
+/// code blocks, whose lines are kept as written).
 fn tidy(text: &str) -> String {
     let mut lines: Vec<&str> = Vec::new();
     let all: Vec<&str> = text.lines().collect();
+    let mut in_code = false;
     let mut i = 0;
     while i < all.len() {
         let line = all[i];
-        // A fence opened and closed with only blank lines inside held an action.
-        if line.trim_start().starts_with("```") {
+        let fence = line.trim_start().starts_with("```");
+        // A block opened and closed with only blank lines inside held a call.
+        if fence && !in_code {
             let mut j = i + 1;
             while j < all.len() && all[j].trim().is_empty() {
                 j += 1;
@@ -87,7 +63,10 @@ fn tidy(text: &str) -> String {
                 continue;
             }
         }
-        if line.trim().is_empty() && lines.last().is_none_or(|l| l.trim().is_empty()) {
+        if fence {
+            in_code = !in_code;
+        }
+        if !in_code && !fence && line.trim().is_empty() && lines.last().is_none_or(|l| l.trim().is_empty()) {
             i += 1;
             continue;
         }
@@ -105,8 +84,8 @@ mod tests {
     use super::*;
 
     #[test]
-    fn strips_actions_and_keeps_prose() {
-        let r = split_reply("Let me look.\n<bash>\ncmd: ls\n</bash>\nThen more.\n<finish>\nmessage: x\n</finish>");
+    fn prose_is_kept_with_blank_runs_collapsed() {
+        let r = split_reply("Let me look.\n\n\n\nThen more.\n\n");
         assert_eq!(r.prose, "Let me look.\n\nThen more.");
         assert_eq!(r.thinking, None);
     }
@@ -122,8 +101,11 @@ mod tests {
     }
 
     #[test]
-    fn streaming_action_is_hidden_and_empty_fences_dropped() {
-        assert_eq!(split_reply("Ok.\n<bash>\ncmd: sle").prose, "Ok.");
-        assert_eq!(split_reply("Run:\n```\n<bash>\ncmd: ls\n</bash>\n```\n").prose, "Run:");
+    fn fences_left_empty_by_a_call_are_dropped() {
+        assert_eq!(split_reply("Run:\n```\n\n```\n").prose, "Run:");
+        assert_eq!(split_reply("Code:\n```\nls\n```").prose, "Code:\n```\nls\n```");
+        // Two blocks a blank line apart stay two; blank lines in code stay.
+        let two = "```\na\n\n\nb\n```\n\n```\nc\n```";
+        assert_eq!(split_reply(two).prose, two);
     }
 }

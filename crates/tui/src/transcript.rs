@@ -6,6 +6,7 @@ use ratatui::buffer::Buffer;
 use ratatui::layout::Rect;
 use ratatui::text::Line;
 
+use super::call_filter::CallFilter;
 use super::cell::{cell_lines, CellKind, RenderOpts, ToolCell};
 use super::wrap::wrap_lines;
 
@@ -87,6 +88,19 @@ impl Transcript {
             }
             _ => None,
         })
+    }
+
+    /// Applies `f` to the newest assistant reply; its cache is dropped when `f` returns
+    /// true (it changed the reply).
+    pub fn last_reply_mut(&mut self, f: impl FnOnce(&mut CallFilter) -> bool) {
+        let found = self.entries.iter_mut().rev().find(|e| matches!(e.cell, CellKind::Assistant { .. }));
+        if let Some(e) = found {
+            if let CellKind::Assistant { reply, .. } = &mut e.cell {
+                if f(reply) {
+                    e.cache = None;
+                }
+            }
+        }
     }
 
     /// Applies `f` to every cell for which it returns true (those caches are dropped).

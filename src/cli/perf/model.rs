@@ -36,6 +36,10 @@ pub struct ModelPerfArgs {
     /// model's chat template).
     #[arg(long, default_value = "text", value_parser = clap::value_parser!(ToolFormat))]
     pub tool_format: ToolFormat,
+    /// With `--tool-format native`, skip measuring what the call grammar costs the
+    /// decode (a long call decoded three times free and three times constrained).
+    #[arg(long)]
+    pub no_grammar_cost: bool,
     #[command(flatten)]
     pub local: crate::cli::LocalArgs,
 }
@@ -71,6 +75,15 @@ pub async fn run(args: ModelPerfArgs) -> anyhow::Result<u8> {
         decode_tokens: args.decode_tokens,
         prompt_words: args.prompt_words,
         tools: if native { specs.definitions() } else { Vec::new() },
+        call_grammar: if native && !args.no_grammar_cost {
+            agent_llm::grammar::native_calls(
+                &specs.definitions(),
+                &agent_llm::grammar::CallChoice::Optional,
+                agent_llm::grammar::Openers::Loose,
+            )
+        } else {
+            None
+        },
     };
     let mut progress = |line: &str| eprintln!("  {line}");
     let report = measure(&spec, &resolve, &opts, &mut progress).await?;
@@ -140,6 +153,17 @@ fn table(r: &PerfReport) -> String {
         opt(computed),
         opt(mean_later)
     ));
+    if let Some(c) = &r.constraint {
+        let (free, constrained) = (c.free.decode_tokens_per_sec(), c.constrained.decode_tokens_per_sec());
+        let ratio = free.zip(constrained).map_or_else(|| "n/a".to_string(), |(f, g)| format!("{:.2}", g / f));
+        out.push_str(&format!(
+            "call decode      {:>8} tokens/s free, {} with the call grammar ({ratio}× free; {} and {} tokens)\n",
+            rate(free),
+            rate(constrained),
+            c.free.completion_tokens,
+            c.constrained.completion_tokens
+        ));
+    }
     out
 }
 
@@ -165,5 +189,6 @@ fn json(r: &PerfReport) -> serde_json::Value {
         "first_turn_cold": { "load_secs": r.first_turn_cold.load.as_secs_f64(), "call": stats_json(&r.first_turn_cold.stats) },
         "first_turn_warm": r.first_turn_warm.as_ref().map(|w| serde_json::json!({ "load_secs": w.load.as_secs_f64(), "call": stats_json(&w.stats) })),
         "episode": r.episode.iter().map(stats_json).collect::<Vec<_>>(),
+        "call_decode": r.constraint.as_ref().map(|c| serde_json::json!({ "free": stats_json(&c.free), "constrained": stats_json(&c.constrained) })),
     })
 }

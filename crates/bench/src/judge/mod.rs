@@ -165,6 +165,7 @@ impl Judge {
                     ..Default::default()
                 },
                 tools: Vec::new(),
+                grammar: None,
             };
             let cancel = CancellationToken::new();
             let mut ignore_deltas = |_: &str| {};

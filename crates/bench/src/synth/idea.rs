@@ -53,7 +53,7 @@ pub async fn run(ctx: &SynthCtx, item: &Item) -> RoleOutput {
     let mut log = String::new();
     let brainstorm = match model
         .chat(
-            &ChatRequest { messages: messages.clone(), sampling: sampling.clone(), tools: vec![] },
+            &ChatRequest { messages: messages.clone(), sampling: sampling.clone(), tools: vec![], grammar: None },
             &mut |_| {},
             &cancel,
         )
@@ -67,10 +67,12 @@ pub async fn run(ctx: &SynthCtx, item: &Item) -> RoleOutput {
     messages.push(ChatMessage::new(ChatRole::Assistant, brainstorm.text.clone()));
     let choose_prompt = include_str!("prompts/idea_choose.md").replace("{count}", &ctx.plan.ideas_per_seed.to_string());
     messages.push(ChatMessage::new(ChatRole::User, choose_prompt));
-    let chosen = match model.chat(&ChatRequest { messages, sampling, tools: vec![] }, &mut |_| {}, &cancel).await {
-        Ok(r) => r,
-        Err(e) => return RoleOutput::failed(format!("the idea model failed while choosing: {e}")),
-    };
+    let chosen =
+        match model.chat(&ChatRequest { messages, sampling, tools: vec![], grammar: None }, &mut |_| {}, &cancel).await
+        {
+            Ok(r) => r,
+            Err(e) => return RoleOutput::failed(format!("the idea model failed while choosing: {e}")),
+        };
     tokens += chosen.usage.prompt_tokens + chosen.usage.completion_tokens;
     log.push_str(&format!("## chosen\n{}\n", chosen.text));
     let _ = std::fs::create_dir_all(ctx.dirs.work(&item.id));

@@ -10,7 +10,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::config::{Config, EpisodeLimits};
+use crate::config::{Config, EpisodeLimits, PromptProfile};
 use crate::hooks::Hooks;
 use crate::mcp::{McpHub, McpServerConfig};
 use crate::tools::{SpecError, ToolFormat, ToolSpecs};
@@ -19,7 +19,7 @@ use agent_protocol::{ApprovalMode, EndReason};
 use agent_sandbox::{Engine, Sandbox, SandboxError, Shell};
 
 use super::executor::ToolExecutor;
-use super::prompt::{render_system_prompt, SYSTEM_TEMPLATE};
+use super::prompt::{render_system_prompt, SMALL_SYSTEM_TEMPLATE, SYSTEM_TEMPLATE};
 use super::session::{spawn_session, EpisodeSummary, SessionConfig, SessionHandle};
 
 /// Project instructions are read from this file in the shell's starting directory.
@@ -157,6 +157,10 @@ pub async fn build_episode(
     if let Some(names) = &config.tools {
         specs = specs.only(names).map_err(|e| EpisodeError::Config(format!("tools: {e}")))?;
     }
+    let profile = config.prompt_profile.unwrap_or(PromptProfile::Full);
+    if profile == PromptProfile::Compact {
+        specs = specs.compact();
+    }
     let tool_format =
         config.tool_format.resolve(&model.name(), model.native_tools()).map_err(EpisodeError::ToolFormat)?;
     let (sandbox, owned) = match request.container {
@@ -186,7 +190,10 @@ pub async fn build_episode(
         Some(Arc::new(hub))
     };
     let prompt = PromptParts {
-        template: config.system_prompt.clone().unwrap_or_else(|| SYSTEM_TEMPLATE.to_string()),
+        template: config.system_prompt.clone().unwrap_or_else(|| match profile {
+            PromptProfile::Full => SYSTEM_TEMPLATE.to_string(),
+            PromptProfile::Compact => SMALL_SYSTEM_TEMPLATE.to_string(),
+        }),
         cwd: shell.cwd().to_string(),
         project_instructions: read_project_instructions(&sandbox, shell.cwd()).await,
     };
@@ -204,6 +211,8 @@ pub async fn build_episode(
         tool_format,
         history: Vec::new(),
         hooks: request.hooks,
+        constrain_calls: config.constrain_calls.unwrap_or(true),
+        repeat_notes: config.repeat_notes.unwrap_or(true),
     };
     let mut executor = ToolExecutor::new(
         shell,

@@ -6,6 +6,8 @@ use crate::tools::{render_native_tool_section, render_tool_section, ToolFormat, 
 
 /// The built-in system-prompt template.
 pub(crate) const SYSTEM_TEMPLATE: &str = include_str!("../../../../prompts/system.md");
+/// The compact system prompt of small models (see [`crate::config::PromptProfile`]).
+pub(crate) const SMALL_SYSTEM_TEMPLATE: &str = include_str!("../../../../prompts/system-small.md");
 
 /// Renders the system prompt for a sandbox whose shell starts in `cwd`.
 /// `project_instructions` is the content of the project's `AGENTS.md`, if any; `format`

@@ -67,6 +67,8 @@ pub(crate) async fn start_custom(
         tool_format: ToolFormat::Text,
         history: Vec::new(),
         hooks: Default::default(),
+        constrain_calls: true,
+        repeat_notes: true,
     };
     edit(&mut cfg);
     let handle = spawn_session(cfg, model, ToolSpecs::builtin().unwrap(), executor);

@@ -7,4 +7,5 @@ use agent_test_support as support;
 mod episode_loop;
 mod hooks_plan;
 mod mcp;
+mod repeated_calls;
 mod sandbox_files;

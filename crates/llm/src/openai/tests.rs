@@ -49,6 +49,7 @@ fn request_body_fields() {
             stop: vec!["</end>".into()],
         },
         tools: vec![],
+        grammar: None,
     };
     let body = backend(true).request_body(&req);
     assert_eq!(body["model"], "m");
@@ -68,6 +69,7 @@ fn request_body_fields() {
         messages: vec![],
         sampling: SamplingParams { top_k: Some(20), ..Default::default() },
         tools: vec![],
+        grammar: None,
     };
     let body = backend(false).request_body(&req);
     assert_eq!(body["top_k"], 20);
@@ -95,6 +97,7 @@ fn tools_calls_and_results_go_in_the_apis_form() {
             description: "Run.".into(),
             parameters: serde_json::json!({"type": "object"}),
         }],
+        grammar: None,
     };
     let body = backend(false).request_body(&req);
     assert_eq!(body["tools"][0]["type"], "function");

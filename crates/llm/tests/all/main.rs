@@ -2,4 +2,5 @@
 // Test helpers outside `#[test]` functions may panic too (clippy.toml allows it only there).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod grammar;
 mod openai;

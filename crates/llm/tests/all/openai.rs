@@ -176,6 +176,7 @@ fn request() -> ChatRequest {
             ..Default::default()
         },
         tools: vec![],
+        grammar: None,
     }
 }
 

@@ -6,6 +6,7 @@
 use tokio::sync::mpsc::UnboundedSender;
 
 use super::rollouts::TokenChooser;
+use crate::constraint::Constraint;
 use crate::rng::SplitMix64;
 use agent_llm::{SamplingDefaults, SamplingParams};
 
@@ -32,6 +33,8 @@ pub(super) struct ServeChooser {
     top_n: Option<usize>,
     recent: Vec<u32>,
     events: UnboundedSender<Chosen>,
+    /// The request's grammar: tokens it refuses are never drawn.
+    constraint: Option<Constraint>,
 }
 
 impl ServeChooser {
@@ -43,6 +46,7 @@ impl ServeChooser {
         top_n: Option<usize>,
         seed: u64,
         events: UnboundedSender<Chosen>,
+        constraint: Option<Constraint>,
     ) -> Self {
         ServeChooser {
             temperature: s.temperature.or(defaults.temperature).unwrap_or(0.8),
@@ -53,6 +57,7 @@ impl ServeChooser {
             top_n,
             recent: Vec::new(),
             events,
+            constraint,
         }
     }
 
@@ -108,7 +113,18 @@ impl ServeChooser {
 
 impl TokenChooser for ServeChooser {
     fn choose(&mut self, logits: &[f32]) -> (u32, f32) {
-        let id = self.sample(logits);
+        // The grammar shapes the draw; the reported log-probabilities stay the model's own.
+        let id = match self.constraint.take() {
+            Some(mut constraint) => {
+                let mut allowed = logits.to_vec();
+                constraint.mask(&mut allowed);
+                let id = self.sample(&allowed);
+                constraint.accept(id);
+                self.constraint = Some(constraint);
+                id
+            }
+            None => self.sample(logits),
+        };
         self.recent.push(id);
         if self.recent.len() > PENALTY_LAST_N {
             self.recent.remove(0);
@@ -162,7 +178,7 @@ mod tests {
     fn chooser(temperature: f32, top_n: Option<usize>) -> (ServeChooser, tokio::sync::mpsc::UnboundedReceiver<Chosen>) {
         let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
         let s = SamplingParams { temperature: Some(temperature), seed: Some(7), ..SamplingParams::default() };
-        (ServeChooser::new(&s, &SamplingDefaults::default(), top_n, 0, tx), rx)
+        (ServeChooser::new(&s, &SamplingDefaults::default(), top_n, 0, tx, None), rx)
     }
 
     #[test]
@@ -191,7 +207,7 @@ mod tests {
                 seed: Some(seed),
                 ..SamplingParams::default()
             };
-            let mut c = ServeChooser::new(&s, &SamplingDefaults::default(), None, 0, tx);
+            let mut c = ServeChooser::new(&s, &SamplingDefaults::default(), None, 0, tx, None);
             (0..4000).map(|_| c.choose(&logits).0).collect::<Vec<_>>()
         };
         let a = draws(1);
@@ -206,7 +222,7 @@ mod tests {
     fn top_p_keeps_the_nucleus() {
         let (tx, _rx) = tokio::sync::mpsc::unbounded_channel();
         let s = SamplingParams { temperature: Some(1.0), top_p: Some(0.5), seed: Some(3), ..SamplingParams::default() };
-        let mut c = ServeChooser::new(&s, &SamplingDefaults::default(), None, 0, tx);
+        let mut c = ServeChooser::new(&s, &SamplingDefaults::default(), None, 0, tx, None);
         // Token 0 holds about 88% of the mass: a nucleus of 0.5 is token 0 alone.
         let logits = [4.0f32, 2.0, 1.0];
         assert!((0..200).all(|_| c.choose(&logits).0 == 0));

@@ -21,7 +21,9 @@ use tokio_util::sync::CancellationToken;
 use super::adapter::Swap;
 use super::prompt::{tokenize_prompt, Prompter};
 use super::text_stream::TextStream;
+use super::vocabulary::Vocabulary;
 use super::{llama_error, load_error, ChatJob, Job, LlamaCppOptions, Loaded, WorkerEvent};
+use crate::constraint::{Constraint, GrammarEnv};
 use agent_llm::{
     CallStats, ChatMessage, ChatResponse, FinishReason, LlmError, PromptProgress, SamplingDefaults, SamplingParams,
     ToolDefinition,
@@ -139,6 +141,7 @@ pub(super) fn worker(
         n_ctx,
         disk_cache,
         save_pending: false,
+        grammar_env: None,
     };
     if ready.send(Ok(Loaded { n_ctx, native_tools })).is_err() {
         return;
@@ -183,6 +186,8 @@ struct Engine<'m> {
     disk_cache: Option<PathBuf>,
     /// Whether the last call's prompt should be written to the prompt cache.
     save_pending: bool,
+    /// The vocabulary as llguidance sees it, built at the first constrained request.
+    grammar_env: Option<GrammarEnv>,
 }
 
 /// Why the generation loop ended.
@@ -253,7 +258,8 @@ impl Engine<'_> {
             Err(e) => return Err(e),
         }
 
-        let mut sampler = sampler(&job.sampling, &self.sampling, self.model.n_vocab());
+        let constraint = job.grammar.as_deref().and_then(|g| self.constraint(g));
+        let mut sampler = sampler(&job.sampling, &self.sampling, self.model.n_vocab(), constraint);
         let mut stream = TextStream::new(&job.sampling.stop);
         let mut completion: Vec<LlamaToken> = Vec::new();
         let max_tokens = job.sampling.max_tokens.map(|n| n as usize).unwrap_or(usize::MAX);
@@ -330,6 +336,25 @@ impl Engine<'_> {
             tool_calls: Vec::new(),
         };
         Ok((response, stats))
+    }
+
+    /// The constraint of a reply's grammar; the vocabulary is read for llguidance once,
+    /// at the first request that has a grammar.
+    fn constraint(&mut self, grammar: &str) -> Option<Constraint> {
+        if self.grammar_env.is_none() {
+            let started = Instant::now();
+            match Vocabulary::of(self.model, self.prompter.native_tools()).grammar_env() {
+                Ok(env) => self.grammar_env = Some(env),
+                Err(e) => {
+                    tracing::warn!(
+                        "cannot read the vocabulary for constrained sampling, so replies are sampled free: {e}"
+                    );
+                    return None;
+                }
+            }
+            tracing::debug!(ms = started.elapsed().as_millis() as u64, "built the grammar environment");
+        }
+        self.grammar_env.as_ref()?.constraint(grammar)
     }
 
     /// The prompt text of a conversation (chat template, tools, generation opening).
@@ -466,21 +491,33 @@ impl Engine<'_> {
 /// Tokens the repeat penalty looks back over (llama.cpp's default `repeat_last_n`).
 const PENALTY_LAST_N: i32 = 64;
 
-/// Builds the sampler chain: greedy for temperature 0, else a repeat penalty (when one is
-/// set), top-k, top-p, temperature and a seeded draw, in llama.cpp's own order. A request's
-/// fields win, then the model's defaults (a built-in model's recommended sampling), then
-/// llama.cpp's (top-k 40, top-p 0.95, temperature 0.8, no penalty), which suit small local
-/// models better than the OpenAI default of 1.
-fn sampler(s: &SamplingParams, defaults: &SamplingDefaults, n_vocab: i32) -> LlamaSampler {
+/// Builds the sampler chain: the grammar first (when the request has one), then greedy
+/// for temperature 0, else a repeat penalty (when one is set), top-k, top-p, temperature
+/// and a seeded draw, in llama.cpp's own order. A request's fields win, then the model's
+/// defaults (a built-in model's recommended sampling), then llama.cpp's (top-k 40, top-p
+/// 0.95, temperature 0.8, no penalty), which suit small local models better than the
+/// OpenAI default of 1. The grammar masks the whole vocabulary before top-k, so the
+/// candidates are the best of what the grammar allows.
+fn sampler(
+    s: &SamplingParams,
+    defaults: &SamplingDefaults,
+    n_vocab: i32,
+    constraint: Option<Constraint>,
+) -> LlamaSampler {
+    let grammar = constraint.map(|c| LlamaSampler::from(c.into_matcher()));
     let temperature = s.temperature.or(defaults.temperature).unwrap_or(0.8);
     if temperature <= 0.0 {
-        return LlamaSampler::greedy();
+        return match grammar {
+            Some(grammar) => LlamaSampler::chain_simple([grammar, LlamaSampler::greedy()]),
+            None => LlamaSampler::greedy(),
+        };
     }
     let top_k = s.top_k.or(defaults.top_k).map(|k| i32::try_from(k).unwrap_or(i32::MAX)).unwrap_or(40);
     let top_p = s.top_p.or(defaults.top_p).unwrap_or(0.95);
     // llama.cpp seeds are 32-bit; fold the 64-bit seed so both halves count.
     let seed = s.seed.map(|x| (x ^ (x >> 32)) as u32).unwrap_or(LLAMA_DEFAULT_SEED);
-    let mut chain = Vec::with_capacity(5);
+    let mut chain = Vec::with_capacity(6);
+    chain.extend(grammar);
     if let Some(penalty) = defaults.repeat_penalty.filter(|p| *p != 1.0) {
         chain.push(LlamaSampler::penalties(n_vocab, PENALTY_LAST_N, penalty, 0.0, 0.0));
     }

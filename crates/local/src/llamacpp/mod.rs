@@ -97,6 +97,8 @@ struct ChatJob {
     messages: Vec<ChatMessage>,
     tools: Vec<ToolDefinition>,
     sampling: SamplingParams,
+    /// The grammar the reply must match (`ChatRequest::grammar`).
+    grammar: Option<String>,
     cancel: CancellationToken,
     events: tokio_mpsc::UnboundedSender<WorkerEvent>,
 }
@@ -192,6 +194,10 @@ impl ModelBackend for LlamaCppBackend {
         self.native_tools
     }
 
+    fn enforces_grammar(&self) -> bool {
+        true
+    }
+
     fn last_call_stats(&self) -> Option<CallStats> {
         self.last_stats.lock().ok().and_then(|s| *s)
     }
@@ -211,6 +217,7 @@ impl ModelBackend for LlamaCppBackend {
             messages: request.messages.clone(),
             tools: request.tools.clone(),
             sampling: request.sampling.clone(),
+            grammar: request.grammar.clone(),
             cancel: cancel.clone(),
             events,
         };

@@ -17,6 +17,7 @@ use super::choice::{Chosen, ServeChooser};
 use super::rollouts::{LlamaRollouts, RolloutEngineOptions, TokenRequest};
 use super::text_stream::TextStream;
 use super::vocabulary::{PromptText, Vocabulary};
+use crate::constraint::GrammarEnv;
 use agent_llm::{
     CallStats, ChatRequest, ChatResponse, FinishReason, Generation, GenerationPiece, GenerationPrompt,
     GenerationRequest, LlmError, ModelBackend, SampledToken, SamplingDefaults, TokenCandidate, MAX_TOP_LOGPROBS,
@@ -44,6 +45,8 @@ pub struct LlamaServer {
     name: String,
     rollouts: LlamaRollouts,
     vocab: Arc<Vocabulary>,
+    /// The vocabulary as llguidance sees it, for requests with a grammar.
+    grammar_env: Option<GrammarEnv>,
     defaults: SamplingDefaults,
     next_session: AtomicU64,
     last_stats: Mutex<Option<CallStats>>,
@@ -72,11 +75,19 @@ impl LlamaServer {
             rollouts.set_adapter(Some(adapter)).await?;
         }
         let vocab = rollouts.vocabulary().await?;
+        let grammar_env = match vocab.grammar_env() {
+            Ok(env) => Some(env),
+            Err(e) => {
+                tracing::warn!("cannot read the vocabulary for constrained sampling; grammars are ignored: {e}");
+                None
+            }
+        };
         let seed = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64);
         Ok(LlamaServer {
             name,
             rollouts,
             vocab,
+            grammar_env,
             defaults: opts.sampling,
             next_session: AtomicU64::new(seed | 1),
             last_stats: Mutex::new(None),
@@ -138,6 +149,10 @@ impl ModelBackend for LlamaServer {
         true
     }
 
+    fn enforces_grammar(&self) -> bool {
+        self.grammar_env.is_some()
+    }
+
     async fn chat(
         &self,
         request: &ChatRequest,
@@ -152,6 +167,7 @@ impl ModelBackend for LlamaServer {
             },
             sampling: request.sampling.clone(),
             logprobs: None,
+            grammar: request.grammar.clone(),
         };
         let mut on_piece = |p: GenerationPiece<'_>| {
             if !p.text.is_empty() {
@@ -193,7 +209,9 @@ impl ModelBackend for LlamaServer {
         let stop_flag = Arc::new(AtomicBool::new(false));
         let (reply, answer) = tokio::sync::oneshot::channel();
         let top_n = request.logprobs.map(|n| n.min(MAX_TOP_LOGPROBS) as usize);
-        let chooser = ServeChooser::new(&request.sampling, &self.defaults, top_n, session, events);
+        let constraint =
+            request.grammar.as_deref().and_then(|g| self.grammar_env.as_ref().and_then(|env| env.constraint(g)));
+        let chooser = ServeChooser::new(&request.sampling, &self.defaults, top_n, session, events, constraint);
         self.rollouts.submit(TokenRequest {
             session,
             prompt: prompt.clone(),

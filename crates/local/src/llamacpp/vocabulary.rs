@@ -47,3 +47,10 @@ impl Vocabulary {
         Vocabulary { text, display, end_of_generation, native_tools }
     }
 }
+
+impl Vocabulary {
+    /// The vocabulary as llguidance sees it, for grammar-constrained requests.
+    pub fn grammar_env(&self) -> Result<crate::constraint::GrammarEnv, String> {
+        crate::constraint::GrammarEnv::new(&self.text, &self.display, &self.end_of_generation)
+    }
+}

@@ -16,6 +16,7 @@ use super::sampler::{sample_slice, GenerateRequest, Generated};
 use crate::error::TrainError;
 use crate::model::lora_gguf::{llama_arch, save_adapter_gguf};
 use crate::model::Qwen3;
+use agent_local::constraint::{Constraint, GrammarEnv};
 use agent_local::{LlamaRollouts, RolloutEngineOptions, TokenChooser, TokenRequest};
 
 /// A [`RolloutSampler`] backed by llama.cpp.
@@ -27,6 +28,8 @@ pub struct LlamaCppEngine {
     alpha: f64,
     version: AtomicU64,
     runtime: tokio::runtime::Handle,
+    /// The GGUF's vocabulary as llguidance sees it, for rollouts held to a grammar.
+    grammar_env: Option<GrammarEnv>,
 }
 
 impl LlamaCppEngine {
@@ -51,7 +54,19 @@ impl LlamaCppEngine {
             .await
             .map_err(|e| TrainError::Other(format!("the llama.cpp loader stopped: {e}")))?
             .map_err(|e| TrainError::Other(format!("the llama.cpp rollout engine cannot start: {e}")))?;
+        let grammar_env = match rollouts.vocabulary().await.map(|v| v.grammar_env()) {
+            Ok(Ok(env)) => Some(env),
+            Ok(Err(e)) => {
+                tracing::warn!("rollouts are sampled without the reply grammar: {e}");
+                None
+            }
+            Err(e) => {
+                tracing::warn!("rollouts are sampled without the reply grammar: {e}");
+                None
+            }
+        };
         let engine = LlamaCppEngine {
+            grammar_env,
             rollouts,
             work: work.to_path_buf(),
             alpha,
@@ -77,11 +92,24 @@ struct Chooser {
     rng: rand::rngs::StdRng,
     temperature: f64,
     top_p: f64,
+    /// The reply's grammar. The log-probability recorded is then that of the masked
+    /// distribution the token was really drawn from, so the update's off-policy
+    /// correction sees the sampler as it was.
+    constraint: Option<Constraint>,
 }
 
 impl TokenChooser for Chooser {
     fn choose(&mut self, logits: &[f32]) -> (u32, f32) {
-        sample_slice(logits, self.temperature, self.top_p, &mut self.rng)
+        match self.constraint.as_mut() {
+            Some(constraint) => {
+                let mut allowed = logits.to_vec();
+                constraint.mask(&mut allowed);
+                let (id, logp) = sample_slice(&allowed, self.temperature, self.top_p, &mut self.rng);
+                constraint.accept(id);
+                (id, logp)
+            }
+            None => sample_slice(logits, self.temperature, self.top_p, &mut self.rng),
+        }
     }
 }
 
@@ -100,6 +128,10 @@ impl RolloutSampler for LlamaCppEngine {
                 rng: rand::rngs::StdRng::seed_from_u64(request.seed),
                 temperature: request.temperature,
                 top_p: request.top_p,
+                constraint: request
+                    .grammar
+                    .as_deref()
+                    .and_then(|g| self.grammar_env.as_ref().and_then(|env| env.constraint(g))),
             }),
             reply,
         };

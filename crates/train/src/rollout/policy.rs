@@ -202,6 +202,7 @@ impl ModelBackend for PolicyBackend {
                 seed: self.seed.wrapping_mul(0x9E37_79B9_7F4A_7C15).wrapping_add(call),
                 stop: self.stop.clone(),
                 cancel: flag.clone(),
+                grammar: request.grammar.clone(),
                 reply: tx,
             })
             .map_err(|e| LlmError::Other(e.to_string()))?;

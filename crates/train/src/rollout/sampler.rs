@@ -31,6 +31,10 @@ pub struct GenerateRequest {
     pub stop: Vec<u32>,
     /// Polled between tokens; a set flag ends generation.
     pub cancel: Arc<std::sync::atomic::AtomicBool>,
+    /// The grammar the reply must match (the episode's `ChatRequest::grammar`), so that
+    /// rollouts are sampled in the constrained format the product chats in. The llama.cpp
+    /// engine enforces it; the candle engine samples free (see `docs/train.md`).
+    pub grammar: Option<String>,
     pub reply: oneshot::Sender<Result<Generated, TrainError>>,
 }
 
@@ -362,6 +366,7 @@ mod tests {
             seed,
             stop: vec![1],
             cancel: Default::default(),
+            grammar: None,
             reply,
         };
         (req, rx)

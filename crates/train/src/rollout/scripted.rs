@@ -179,6 +179,7 @@ mod tests {
                 seed: 0,
                 stop: vec![99],
                 cancel: Default::default(),
+                grammar: None,
                 reply: tx,
             })
             .unwrap();

@@ -47,6 +47,7 @@ async fn generate_all(sampler: &dyn RolloutSampler, prompts: &[Vec<u32>], stop: 
                 seed: 1000 + i as u64,
                 stop: vec![stop],
                 cancel: Default::default(),
+                grammar: None,
                 reply: tx,
             })
             .unwrap();

@@ -164,6 +164,7 @@ fn the_llama_cpp_rollout_engine_samples_base_plus_adapter_and_shares_prompts() {
                     seed,
                     stop: vec![im_end],
                     cancel: Arc::new(AtomicBool::new(false)),
+                    grammar: None,
                     reply: tx,
                 })
                 .unwrap();
@@ -217,6 +218,43 @@ fn the_llama_cpp_rollout_engine_samples_base_plus_adapter_and_shares_prompts() {
         assert_eq!(again.computed_prompt_tokens, prompt.len(), "the cache was dropped with the old adapter");
         assert_ne!(again.logp, first.logp, "the new adapter changes the numbers");
         assert!(!Path::new(&work.path().join("adapter-000001.gguf")).exists(), "the old adapter file is removed");
+
+        // A rollout held to a grammar (what an episode's reply grammar does to every
+        // rollout): at temperature 1 the reply is the JSON the schema allows, and each
+        // recorded log-probability is that of the masked distribution it was drawn from
+        // (never below the unmasked model's: the mask only removes competitors).
+        let schema = serde_json::json!({
+            "type": "object",
+            "properties": {"cmd": {"type": "string", "maxLength": 24}},
+            "required": ["cmd"]
+        });
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        engine
+            .submit(GenerateRequest {
+                session: 20,
+                prompt: prompt.clone(),
+                max_new_tokens: 40,
+                temperature: 1.0,
+                top_p: 1.0,
+                seed: 5,
+                stop: vec![im_end],
+                cancel: Arc::new(AtomicBool::new(false)),
+                grammar: Some(agent_llm::grammar::json_value(&schema)),
+                reply: tx,
+            })
+            .unwrap();
+        let held = rx.await.unwrap().unwrap();
+        let ids: Vec<u32> = held.ids.iter().copied().filter(|&t| t != im_end).collect();
+        let text = tokenizer.decode(&ids, false).unwrap();
+        let value: serde_json::Value = serde_json::from_str(&text).unwrap_or_else(|e| panic!("{e}: {text:?}"));
+        assert!(value["cmd"].is_string() && value.as_object().unwrap().len() == 1, "{value}");
+        assert!(held.stopped, "the grammar ends the reply where the JSON ends: {text:?}");
+        let all: Vec<u32> = prompt.iter().chain(&held.ids).copied().collect();
+        let free = scored(&our_logprobs(&model, &all), &all);
+        let free = &free[prompt.len() - 1..];
+        assert!(held.logp.iter().all(|l| l.is_finite()));
+        let above = held.logp.iter().zip(free).filter(|(masked, free)| **masked + 0.3 >= **free).count();
+        assert_eq!(above, held.logp.len(), "masked {:?} against free {:?}", held.logp, free);
 
         // More rollouts than sequences, none of them closed: a new one takes the slot of
         // the rollout idle longest rather than waiting for a close that may never come.

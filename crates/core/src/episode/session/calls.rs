@@ -89,11 +89,15 @@ impl Session {
     /// The loop warning, with the finish call written in this episode's format. The
     /// example's message describes itself: small models copy an example's words.
     pub(super) fn loop_warning(&self) -> String {
-        let example = self.specs.get("finish").map(|_| {
+        loop_warning(self.finish_example().as_deref())
+    }
+
+    /// The finish call written in this episode's format, for the notes that offer it.
+    pub(super) fn finish_example(&self) -> Option<String> {
+        self.specs.get("finish").map(|_| {
             let args = serde_json::json!({"message": "one line: what was done and how it was checked"});
             write_call("finish", &args, self.cfg.tool_format)
-        });
-        loop_warning(example.as_deref())
+        })
     }
 
     /// Answers the structured calls of a reply that will not run (the reply was cut off),

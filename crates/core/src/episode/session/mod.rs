@@ -11,7 +11,7 @@ use tokio::task::JoinHandle;
 
 use crate::config::EpisodeLimits;
 use crate::hooks::Hooks;
-use crate::tools::{unwrap_observation, Action, ActionParseError, ToolFormat, ToolSpecs};
+use crate::tools::{reply_grammar, unwrap_observation, Action, ActionParseError, ToolFormat, ToolSpecs};
 use agent_llm::{ChatMessage, ChatRequest, FinishReason, LlmError, ModelBackend, Role, SamplingParams, ToolDefinition};
 use agent_protocol::{ApprovalMode, EndReason, Event, Op, TokenUsage};
 
@@ -24,6 +24,7 @@ mod context;
 mod hooks;
 mod plan_mode;
 mod stream;
+use super::repeats::CallRepeats;
 use super::stuck::{LoopDetector, LoopVerdict};
 use super::trajectory::{EpisodeEndRecord, EpisodeStart, TrajectoryWriter};
 use stream::{race, KeptReply};
@@ -52,6 +53,12 @@ pub struct SessionConfig {
     pub history: Vec<ChatMessage>,
     /// The user's hooks (none unless configured).
     pub hooks: Hooks,
+    /// Ask the engine to hold each reply to the action format's grammar (local engines
+    /// enforce it; APIs ignore it): `constrain_calls` in the config, on by default.
+    pub constrain_calls: bool,
+    /// Tell the model when it repeats a call with nothing changed in between (the
+    /// repeats are counted either way): `repeat_notes` in the config, on by default.
+    pub repeat_notes: bool,
 }
 
 /// How a session ended.
@@ -149,6 +156,8 @@ struct Session {
     flags: Flags,
     /// Watches for a model that repeats itself.
     loops: LoopDetector,
+    /// Watches for the same call made again with nothing changed in between.
+    repeats: CallRepeats,
     /// What the current turn sent back to the model (observations and errors), for the
     /// loop detector.
     turn_results: Vec<String>,
@@ -200,6 +209,7 @@ impl Session {
             always_approved: HashSet::new(),
             flags: Flags::default(),
             loops: LoopDetector::default(),
+            repeats: CallRepeats::default(),
             turn_results: Vec::new(),
             hook_context: Vec::new(),
         }
@@ -291,6 +301,7 @@ impl Session {
             usage: self.usage,
             finish_message: summary.finish_message.clone(),
             duration_ms: self.started.elapsed().as_millis() as u64,
+            repeated_calls: self.repeats.total(),
         });
         self.emit(Event::EpisodeEnd {
             reason,
@@ -368,6 +379,7 @@ impl Session {
     async fn work(&mut self) -> TaskEnd {
         self.parse_failures = 0;
         self.loops = LoopDetector::default();
+        self.repeats.forget();
         // Model calls refused for a prompt too long for the context, in a row.
         let mut overflows = 0u32;
         loop {
@@ -530,6 +542,12 @@ impl Session {
             self.turn_results.extend(observations.iter().cloned());
             let verdict =
                 if end.is_none() { self.loops.observe(&response.text, &self.turn_results) } else { LoopVerdict::Fine };
+            // After the loop detector: its fingerprint of the turn stays what the calls returned.
+            let repeats = self.repeats.observe(turn, &record.observations, self.finish_example().as_deref());
+            record.repeated_calls = repeats.repeated;
+            if end.is_none() && self.cfg.repeat_notes {
+                observations.extend(repeats.notes);
+            }
             if verdict == LoopVerdict::Warn {
                 observations.push(self.loop_warning());
             }
@@ -550,6 +568,13 @@ impl Session {
         let mut messages = Vec::with_capacity(self.messages.len() + 1);
         messages.push(ChatMessage::new(Role::System, self.cfg.system_prompt.clone()));
         messages.extend(self.messages.iter().cloned());
+        let tools = if self.cfg.approval == ApprovalMode::Plan {
+            plan_mode::plan_tools(&self.tools)
+        } else {
+            self.tools.clone()
+        };
+        let grammar =
+            if self.cfg.constrain_calls { reply_grammar(self.cfg.tool_format, &tools, &self.specs) } else { None };
         ChatRequest {
             messages,
             sampling: SamplingParams {
@@ -557,11 +582,8 @@ impl Session {
                 temperature: self.cfg.limits.temperature,
                 ..Default::default()
             },
-            tools: if self.cfg.approval == ApprovalMode::Plan {
-                plan_mode::plan_tools(&self.tools)
-            } else {
-                self.tools.clone()
-            },
+            tools,
+            grammar,
         }
     }
 }

@@ -65,6 +65,7 @@ impl KeptReply {
             tool_calls: r.tool_calls.clone(),
             cut: self.cut.clone(),
             token_ids_dropped: self.token_ids_dropped,
+            repeated_calls: 0,
         }
     }
 }

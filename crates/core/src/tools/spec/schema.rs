@@ -1,6 +1,6 @@
 //! JSON Schemas of tool arguments, for backends with native tool calling.
 
-use super::{ArgSpec, ArgType};
+use super::{ArgSpec, ArgType, ToolSpec};
 
 pub(super) fn object_schema(args: &[ArgSpec]) -> serde_json::Value {
     serde_json::Value::Object(object_map(args))
@@ -20,6 +20,30 @@ fn object_map(args: &[ArgSpec]) -> serde_json::Map<String, serde_json::Value> {
     obj.insert("properties".into(), properties.into());
     obj.insert("required".into(), required.into());
     obj
+}
+
+/// One schema variant per value of the tool's discriminator (see
+/// [`ToolSpec::grammar_schema`]); `None` for a tool without one.
+pub(super) fn discriminated_schema(spec: &ToolSpec) -> Option<serde_json::Value> {
+    let name = spec.discriminator.as_deref()?;
+    let discriminator = spec.arguments.iter().find(|a| a.name == name)?;
+    let variants: Vec<serde_json::Value> = discriminator
+        .enum_values
+        .iter()
+        .map(|value| {
+            let mut properties = serde_json::Map::new();
+            properties.insert(name.to_string(), serde_json::json!({ "const": value }));
+            let mut required = vec![serde_json::Value::String(name.to_string())];
+            for arg in spec.arguments.iter().filter(|a| a.name != name && a.applies(Some(value))) {
+                properties.insert(arg.name.clone(), arg_schema(arg));
+                if arg.is_required(Some(value)) {
+                    required.push(serde_json::Value::String(arg.name.clone()));
+                }
+            }
+            serde_json::json!({ "type": "object", "properties": properties, "required": required })
+        })
+        .collect();
+    (!variants.is_empty()).then(|| serde_json::json!({ "anyOf": variants }))
 }
 
 fn arg_schema(arg: &ArgSpec) -> serde_json::Value {

@@ -58,6 +58,29 @@ impl ToolSpecs {
         Ok(ToolSpecs { specs })
     }
 
+    /// The tools a small model is given (bash, file, finish, and any MCP tools), each
+    /// described by its first sentence, its arguments too, and with its first example
+    /// only: about a third of the prompt the full list takes.
+    pub fn compact(&self) -> ToolSpecs {
+        const SMALL: [&str; 3] = ["bash", "file", "finish"];
+        let builtin: Vec<String> = BUILTIN.iter().map(|(file, _)| file.trim_end_matches(".yaml").to_string()).collect();
+        let specs = self
+            .specs
+            .iter()
+            .filter(|s| SMALL.contains(&s.name.as_str()) || !builtin.contains(&s.name))
+            .cloned()
+            .map(|mut s| {
+                s.description = first_sentence(&s.description);
+                for arg in &mut s.arguments {
+                    arg.description = first_sentence(&arg.description);
+                }
+                s.examples.truncate(1);
+                s
+            })
+            .collect();
+        ToolSpecs { specs }
+    }
+
     /// The spec of the tool with this name.
     pub fn get(&self, name: &str) -> Option<&ToolSpec> {
         self.specs.iter().find(|s| s.name == name)
@@ -90,5 +113,14 @@ impl<'a> IntoIterator for &'a ToolSpecs {
 
     fn into_iter(self) -> Self::IntoIter {
         self.specs.iter()
+    }
+}
+
+/// The first sentence of a description (up to the first `. ` or the end), on one line.
+fn first_sentence(text: &str) -> String {
+    let text = text.split_whitespace().collect::<Vec<_>>().join(" ");
+    match text.find(". ") {
+        Some(end) => text[..=end].to_string(),
+        None => text,
     }
 }

@@ -87,4 +87,12 @@ impl ToolSpec {
     pub fn json_schema(&self) -> serde_json::Value {
         object_schema(&self.arguments)
     }
+
+    /// The arguments' schema as the call grammar holds them: for a tool with a
+    /// discriminator, one variant per value, with the arguments that apply to it and
+    /// those it requires (what the loop's validation asks, which one JSON Schema object
+    /// cannot say); for any other tool, [`Self::json_schema`].
+    pub fn grammar_schema(&self) -> serde_json::Value {
+        super::schema::discriminated_schema(self).unwrap_or_else(|| self.json_schema())
+    }
 }

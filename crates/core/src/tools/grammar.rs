@@ -1,0 +1,110 @@
+//! The grammar a local engine enforces on a reply, in the episode's action format:
+//! native calls through [`agent_llm::grammar::native_calls`], text-format tags here.
+//!
+//! A text-format call opens with its tool's tag at the start of a line; from there the
+//! grammar holds the body to `name: value` lines of that tool's own arguments (a `|`
+//! block's lines indented), and the closing tag. YAML values themselves stay free: a plain
+//! scalar's quoting rules are beyond a line grammar, and the parser already reads a bad
+//! one leniently or answers with an example.
+
+use agent_llm::grammar::{native_calls, CallChoice, Openers};
+use agent_llm::ToolDefinition;
+use serde_json::Value;
+
+use super::{ToolFormat, ToolSpecs};
+
+/// The grammar of one reply: `tools` are the native definitions the request offers (the
+/// native format), `specs` the tools the text format explains. An agent's turn may hold
+/// text, calls or both.
+pub fn reply_grammar(format: ToolFormat, tools: &[ToolDefinition], specs: &ToolSpecs) -> Option<String> {
+    match format {
+        // The loop reads ```json blocks and line-start objects as calls, so they are held to
+        // the grammar too.
+        ToolFormat::Native => native_reply_grammar(tools, specs, &CallChoice::Optional),
+        _ => text_calls(specs),
+    }
+}
+
+/// The grammar of a native reply that makes the calls `choice` asks for, each held to what
+/// the loop's validation accepts.
+pub fn native_reply_grammar(tools: &[ToolDefinition], specs: &ToolSpecs, choice: &CallChoice) -> Option<String> {
+    native_calls(&grammar_tools(tools, specs), choice, Openers::Loose)
+}
+
+/// The offered tools with the schemas the grammar holds calls to: a discriminated tool's
+/// per-value variants ([`super::ToolSpec::grammar_schema`]), kept to the discriminator
+/// values the request offers (plan mode offers `file` for reading only).
+fn grammar_tools(tools: &[ToolDefinition], specs: &ToolSpecs) -> Vec<ToolDefinition> {
+    tools
+        .iter()
+        .map(|tool| {
+            let Some(spec) = specs.get(&tool.name).filter(|s| s.discriminator.is_some()) else {
+                return tool.clone();
+            };
+            let mut schema = spec.grammar_schema();
+            let offered = spec
+                .discriminator
+                .as_deref()
+                .and_then(|d| tool.parameters.pointer(&format!("/properties/{d}/enum")))
+                .and_then(|e| e.as_array().cloned());
+            if let (Some(offered), Some(Value::Array(variants))) = (offered, schema.get_mut("anyOf")) {
+                let d = spec.discriminator.clone().unwrap_or_default();
+                variants.retain(|v| v.pointer(&format!("/properties/{d}/const")).is_some_and(|c| offered.contains(c)));
+            }
+            ToolDefinition { parameters: schema, ..tool.clone() }
+        })
+        .collect()
+}
+
+/// Text-format calls: free text, each call's tag opening a line.
+fn text_calls(specs: &ToolSpecs) -> Option<String> {
+    let mut rules = String::new();
+    let mut alternatives = Vec::new();
+    for (i, spec) in specs.iter().enumerate() {
+        // A tool without arguments is written `<tool>\n</tool>` (or with a blank line).
+        let names: Vec<String> = spec.arguments.iter().map(|a| regex_escape(&a.name)).collect();
+        let name = regex_escape(&spec.name);
+        let close = lark_string(&format!("</{}>", spec.name));
+        let body = if names.is_empty() { "/\\n*/".to_string() } else { format!("\"\\n\" ARG{i} (ARG{i} | BLOCK)*") };
+        rules.push_str(&format!("call{i}: lead{i} {body} {close}\nlead{i}[lazy]: /(?s:(.*\\n)?)<{name}>/\n"));
+        if !names.is_empty() {
+            rules.push_str(&format!("ARG{i}: /({}): ?[^\\n]*\\n/\n", names.join("|")));
+        }
+        alternatives.push(format!("call{i}"));
+    }
+    if alternatives.is_empty() {
+        return None;
+    }
+    let openers: Vec<String> = specs.iter().map(|s| format!("<{}>", regex_escape(&s.name))).collect();
+    Some(format!(
+        "%llguidance {{}}\n\
+         start: ({calls})* free\n\
+         {rules}\
+         BLOCK: /( +[^\\n]*)?\\n/\n\
+         free: FREE\n\
+         FREE: /(?s:.*)/ & ~/(?s:(.*\\n)?({openers}).*)/\n",
+        calls = alternatives.join(" | "),
+        openers = openers.join("|"),
+    ))
+}
+
+/// `text` as a literal inside a Lark `/regex/`.
+fn regex_escape(text: &str) -> String {
+    let mut out = String::with_capacity(text.len() * 2);
+    for c in text.chars() {
+        if "\\.+*?()|[]{}^$/-".contains(c) {
+            out.push('\\');
+        }
+        out.push(c);
+    }
+    out
+}
+
+/// `text` as a Lark string literal.
+fn lark_string(text: &str) -> String {
+    serde_json::Value::String(text.to_string()).to_string()
+}
+
+#[cfg(test)]
+#[path = "grammar_tests.rs"]
+mod tests;
