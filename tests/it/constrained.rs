@@ -5,22 +5,12 @@
 
 use agent_core::tools::{native_reply_grammar, parse_actions, untagged_json_calls, ToolSpecs};
 use agent_llm::grammar::CallChoice;
-use agent_llm::{
-    resolve_model, ChatMessage, ChatRequest, FinishReason, LocalModelOptions, ModelSpec, ResolveOptions, Role,
-    SamplingParams,
-};
+use agent_llm::{resolve_model, ChatMessage, ChatRequest, FinishReason, ModelSpec, Role, SamplingParams};
 use tokio_util::sync::CancellationToken;
-
-fn options() -> ResolveOptions {
-    ResolveOptions {
-        local: LocalModelOptions { context_tokens: Some(4096), ..Default::default() },
-        ..agent_local::resolve_options()
-    }
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_constrained_reply_of_an_untrained_model_is_a_valid_call() {
-    let model = resolve_model(&ModelSpec::Builtin("smollm2-135m".into()), &options()).await.unwrap();
+    let model = resolve_model(&ModelSpec::Builtin("smollm2-135m".into()), &crate::llamacpp::options()).await.unwrap();
     assert!(model.enforces_grammar());
     let specs = ToolSpecs::builtin().unwrap();
     let tools = specs.definitions();

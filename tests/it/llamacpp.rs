@@ -11,7 +11,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::support;
 
-fn options() -> ResolveOptions {
+pub(crate) fn options() -> ResolveOptions {
     ResolveOptions {
         local: LocalModelOptions { context_tokens: Some(4096), ..Default::default() },
         ..agent_local::resolve_options()

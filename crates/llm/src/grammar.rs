@@ -169,15 +169,15 @@ fn with_format(schema: Value) -> Value {
 }
 
 /// `text` as a Lark string literal.
-fn lark_string(text: &str) -> String {
+pub fn lark_string(text: &str) -> String {
     Value::String(text.to_string()).to_string()
 }
 
 /// `text` as a literal inside a Lark `/regex/`.
-fn regex_escape(text: &str) -> String {
+pub fn regex_escape(text: &str) -> String {
     let mut out = String::with_capacity(text.len() * 2);
     for c in text.chars() {
-        if "\\.+*?()|[]{}^$/".contains(c) {
+        if "\\.+*?()|[]{}^$/-".contains(c) {
             out.push('\\');
         }
         out.push(c);

@@ -7,7 +7,7 @@
 //! scalar's quoting rules are beyond a line grammar, and the parser already reads a bad
 //! one leniently or answers with an example.
 
-use agent_llm::grammar::{native_calls, CallChoice, Openers};
+use agent_llm::grammar::{lark_string, native_calls, regex_escape, CallChoice, Openers};
 use agent_llm::ToolDefinition;
 use serde_json::Value;
 
@@ -86,23 +86,6 @@ fn text_calls(specs: &ToolSpecs) -> Option<String> {
         calls = alternatives.join(" | "),
         openers = openers.join("|"),
     ))
-}
-
-/// `text` as a literal inside a Lark `/regex/`.
-fn regex_escape(text: &str) -> String {
-    let mut out = String::with_capacity(text.len() * 2);
-    for c in text.chars() {
-        if "\\.+*?()|[]{}^$/-".contains(c) {
-            out.push('\\');
-        }
-        out.push(c);
-    }
-    out
-}
-
-/// `text` as a Lark string literal.
-fn lark_string(text: &str) -> String {
-    serde_json::Value::String(text.to_string()).to_string()
 }
 
 #[cfg(test)]

@@ -60,7 +60,7 @@ impl ToolSpecs {
 
     /// The tools a small model is given (bash, file, finish, and any MCP tools), each
     /// described by its first sentence, its arguments too, and with its first example
-    /// only: about a third of the prompt the full list takes.
+    /// only.
     pub fn compact(&self) -> ToolSpecs {
         const SMALL: [&str; 3] = ["bash", "file", "finish"];
         let builtin: Vec<String> = BUILTIN.iter().map(|(file, _)| file.trim_end_matches(".yaml").to_string()).collect();

@@ -156,3 +156,21 @@ fn a_narrowed_set_keeps_finish_and_names_an_unknown_tool() {
     let e = all.only(&["bash".into(), "browser".into()]).unwrap_err();
     assert!(e.contains("`browser` is not a tool") && e.contains("scratchpad"), "{e}");
 }
+
+#[test]
+fn the_compact_set_keeps_three_tools_in_under_two_thirds_of_the_text() {
+    let full = ToolSpecs::builtin().unwrap();
+    let compact = full.compact();
+    assert_eq!(compact.names(), vec!["bash", "file", "finish"]);
+    let words = |s: &ToolSpecs| {
+        serde_json::to_string(&s.definitions().iter().map(|d| &d.parameters).collect::<Vec<_>>()).unwrap().len()
+            + s.iter().map(|t| t.description.len()).sum::<usize>()
+    };
+    assert!(words(&compact) * 3 < words(&full) * 2, "{} against {}", words(&compact), words(&full));
+    for spec in compact.iter() {
+        assert!(!spec.description.contains('\n') && spec.examples.len() <= 1, "{spec:?}");
+    }
+    // The arguments stay: only their descriptions shrink.
+    let file = |s: &ToolSpecs| s.get("file").unwrap().arguments.iter().map(|a| a.name.clone()).collect::<Vec<_>>();
+    assert_eq!(file(&compact), file(&full));
+}
