@@ -54,12 +54,8 @@ impl LlamaCppEngine {
             .await
             .map_err(|e| TrainError::Other(format!("the llama.cpp loader stopped: {e}")))?
             .map_err(|e| TrainError::Other(format!("the llama.cpp rollout engine cannot start: {e}")))?;
-        let grammar_env = match rollouts.vocabulary().await.map(|v| v.grammar_env()) {
-            Ok(Ok(env)) => Some(env),
-            Ok(Err(e)) => {
-                tracing::warn!("rollouts are sampled without the reply grammar: {e}");
-                None
-            }
+        let grammar_env = match rollouts.vocabulary().await.map_err(|e| e.to_string()).and_then(|v| v.grammar_env()) {
+            Ok(env) => Some(env),
             Err(e) => {
                 tracing::warn!("rollouts are sampled without the reply grammar: {e}");
                 None
