@@ -2,12 +2,14 @@
 //! commands, environment, mounts, ports, privileges, health checks and start order, in
 //! Terminal-Bench 1's dialect (the agent works in `client`, `T_BENCH_*` variables) and
 //! Harbor's, which Terminal-Bench 2 tasks are written in (the agent works in `main`;
-//! `CONTEXT_DIR`, `TEST_DIR`, …). What the harness does not do is named in a notice,
+//! `CONTEXT_DIR`, `TEST_DIR`, …), with variables read as Docker Compose reads them
+//! (`compose/interpolate.rs`). What the harness does not do is named in a notice,
 //! never dropped silently; what a task must not do (privileged containers, host paths
 //! outside its folder) is refused.
 
 mod build;
 mod envfile;
+mod interpolate;
 mod mounts;
 mod ports;
 mod service;
@@ -80,8 +82,8 @@ pub struct Service {
     /// Entrypoint replacing the image's (sidecars only: the agent's service runs the
     /// sandbox's init).
     pub entrypoint: Option<Vec<String>>,
-    /// `KEY=VALUE` pairs: the `env_file` entries, overridden by `environment`, with the
-    /// harness's variables substituted.
+    /// `KEY=VALUE` pairs: the `env_file` entries, overridden by `environment` (its
+    /// variables read as Docker Compose reads them).
     pub environment: Vec<String>,
     pub working_dir: Option<String>,
     pub healthcheck: Option<HealthCheck>,
@@ -169,15 +171,36 @@ impl Compose {
 
     /// Parses `path`.
     pub fn load(path: &Path, paths: ComposePaths, dialect: Dialect) -> Result<Compose, TaskError> {
+        Self::load_with_env(path, paths, dialect, &BTreeMap::new())
+    }
+
+    /// Parses `path` with the task's variables (`[environment.env]`) besides the harness's.
+    pub fn load_with_env(
+        path: &Path,
+        paths: ComposePaths,
+        dialect: Dialect,
+        task_env: &BTreeMap<String, String>,
+    ) -> Result<Compose, TaskError> {
         let shown = path.display().to_string();
         let text = std::fs::read_to_string(path)
             .map_err(|e| TaskError::Invalid { path: shown.clone(), reason: format!("cannot read: {e}") })?;
-        Self::parse(&text, &shown, paths, dialect)
+        Self::parse_with_env(&text, &shown, paths, dialect, task_env)
     }
 
     /// Parses compose text; `shown` names the file in errors.
     pub fn parse(text: &str, shown: &str, paths: ComposePaths, dialect: Dialect) -> Result<Compose, TaskError> {
-        let doc: Value = serde_yaml::from_str(text).map_err(|e| TaskError::Invalid {
+        Self::parse_with_env(text, shown, paths, dialect, &BTreeMap::new())
+    }
+
+    /// Parses compose text with the task's variables as well as the harness's (which win).
+    pub fn parse_with_env(
+        text: &str,
+        shown: &str,
+        paths: ComposePaths,
+        dialect: Dialect,
+        task_env: &BTreeMap<String, String>,
+    ) -> Result<Compose, TaskError> {
+        let raw: Value = serde_yaml::from_str(text).map_err(|e| TaskError::Invalid {
             path: shown.to_string(),
             reason: match e.location() {
                 Some(l) => format!("line {}: {e}", l.line()),
@@ -189,6 +212,8 @@ impl Compose {
             field,
             reason: reason.to_string(),
         };
+        let (doc, unset) = interpolated(&raw, dialect, task_env)
+            .map_err(|e| bad(e.field, &format!("`{}`: {}", e.template, e.error)))?;
         let services = doc
             .get("services")
             .and_then(Value::as_mapping)
@@ -201,13 +226,16 @@ impl Compose {
         }
         let volumes = declared_volumes(doc.get("volumes"), &mut found, &|f, r| bad(f.to_string(), r))?;
         let agent = dialect.agent_service();
-        let ctx = service::Ctx { paths, dialect, volumes: &volumes };
+        let ctx = service::Ctx { paths, volumes: &volumes };
         let mut parsed = Vec::new();
+        let raw_services = raw.get("services");
         for (name, body) in services {
             let name = name.as_str().ok_or_else(|| bad("services".into(), "a service name is not a string"))?;
             let bad_field = |f: &str, r: &str| bad(format!("services.{name}.{f}"), r);
-            parsed.push(parse_service(name, body, &ctx, name == agent, &mut found, &bad_field)?);
+            let raw_body = raw_services.and_then(|s| s.get(name)).unwrap_or(body);
+            parsed.push(parse_service(name, body, raw_body, &ctx, name == agent, &mut found, &bad_field)?);
         }
+        found.notes.extend(unset);
         if !parsed.iter().any(|s| s.name == agent) {
             return Err(TaskError::MissingField { path: shown.to_string(), field: format!("services.{agent}") });
         }
@@ -260,32 +288,62 @@ fn declared_volumes(v: Option<&Value>, found: &mut Found, bad: Bad) -> Result<Ve
     Ok(names)
 }
 
-/// Replaces the harness's variables a container needs; others become empty. Harbor's
-/// `CONTEXT_DIR` is the environment folder itself (contexts are relative to it); its
-/// image name, CPU and memory variables are the harness's business (our limits apply).
-fn substitute(s: &str, dialect: Dialect) -> String {
-    let vars = match dialect {
+/// The harness's variables of `dialect` that a container needs. Harbor's `CONTEXT_DIR`
+/// is the environment folder itself (contexts are relative to it).
+fn harness_vars(dialect: Dialect) -> BTreeMap<&'static str, &'static str> {
+    match dialect {
         Dialect::Tb1 => BTreeMap::from([("T_BENCH_TEST_DIR", TEST_DIR), ("T_BENCH_CONTAINER_LOGS_PATH", LOGS_DIR)]),
-        Dialect::Harbor => BTreeMap::from([("TEST_DIR", TEST_DIR), ("CONTEXT_DIR", "."), ("LOGS_DIR", LOGS_DIR)]),
-    };
-    let mut out = String::new();
-    let mut rest = s;
-    while let Some(at) = rest.find("${") {
-        out.push_str(&rest[..at]);
-        match rest[at..].find('}') {
-            Some(end) => {
-                let name = &rest[at + 2..at + end];
-                out.push_str(vars.get(name).copied().unwrap_or(""));
-                rest = &rest[at + end + 1..];
-            }
-            None => {
-                out.push_str(&rest[at..]);
-                rest = "";
-            }
-        }
+        Dialect::Harbor => BTreeMap::from([
+            ("TEST_DIR", TEST_DIR),
+            ("CONTEXT_DIR", "."),
+            ("LOGS_DIR", LOGS_DIR),
+            ("ENV_VERIFIER_LOGS_PATH", "/logs/verifier"),
+            ("ENV_AGENT_LOGS_PATH", "/logs/agent"),
+            ("ENV_ARTIFACTS_PATH", "/logs/artifacts"),
+        ]),
     }
-    out.push_str(rest);
-    out
+}
+
+/// The harness's variables it leaves unset without a notice: image and container names,
+/// host log folders (a trial collects logs its own way) and limits (the run's apply).
+const HARNESS_UNSET: [&str; 13] = [
+    "T_BENCH_TASK_DOCKER_CLIENT_IMAGE_NAME",
+    "T_BENCH_TASK_DOCKER_CLIENT_CONTAINER_NAME",
+    "T_BENCH_TASK_DOCKER_NAME_PREFIX",
+    "T_BENCH_TASK_LOGS_PATH",
+    "T_BENCH_TASK_AGENT_LOGS_PATH",
+    "T_BENCH_CONTAINER_AGENT_LOGS_PATH",
+    "MAIN_IMAGE_NAME",
+    "PREBUILT_IMAGE_NAME",
+    "HOST_VERIFIER_LOGS_PATH",
+    "HOST_AGENT_LOGS_PATH",
+    "HOST_ARTIFACTS_PATH",
+    "CPUS",
+    "MEMORY",
+];
+
+/// `raw` with every string value interpolated as Docker Compose does, from the harness's
+/// variables, then the task's; and a note for each other variable read while unset.
+fn interpolated(
+    raw: &Value,
+    dialect: Dialect,
+    task_env: &BTreeMap<String, String>,
+) -> Result<(Value, Vec<String>), interpolate::FieldError> {
+    let mut vars = task_env.clone();
+    vars.extend(harness_vars(dialect).into_iter().map(|(k, v)| (k.to_string(), v.to_string())));
+    let mut doc = raw.clone();
+    let mut unset = Vec::new();
+    interpolate::interpolate_doc(&mut doc, &vars, &mut unset)?;
+    let mut notes: Vec<String> = Vec::new();
+    let mut seen: Vec<String> = Vec::new();
+    for (name, field) in unset {
+        if HARNESS_UNSET.contains(&name.as_str()) || seen.contains(&name) {
+            continue;
+        }
+        notes.push(format!("`{name}` is not set and reads as empty ({field})"));
+        seen.push(name);
+    }
+    Ok((doc, notes))
 }
 
 /// Orders services so that dependencies start first; rejects unknown names and cycles.
@@ -377,8 +435,13 @@ services:
 
     #[test]
     fn variables() {
-        assert_eq!(substitute("A=${T_BENCH_TEST_DIR}/x${NOPE}", Dialect::Tb1), "A=/tests/x");
-        assert_eq!(substitute("TEST_DIR=${TEST_DIR}", Dialect::Harbor), "TEST_DIR=/tests");
+        let raw = Value::from("A=${T_BENCH_TEST_DIR}/x${NOPE}");
+        let (doc, notes) = interpolated(&raw, Dialect::Tb1, &BTreeMap::new()).unwrap();
+        assert_eq!(doc, Value::from("A=/tests/x"));
+        assert!(notes.len() == 1 && notes[0].starts_with("`NOPE` is not set"), "{notes:?}");
+        let env = BTreeMap::from([("TEST_DIR".to_string(), "/mine".to_string())]);
+        let (doc, _) = interpolated(&Value::from("TEST_DIR=${TEST_DIR}"), Dialect::Harbor, &env).unwrap();
+        assert_eq!(doc, Value::from("TEST_DIR=/tests"), "the harness's variables win");
     }
 
     /// A task folder with a compose file in `environment/` (as Harbor lays it out).

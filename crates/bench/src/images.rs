@@ -60,6 +60,52 @@ pub fn standin_table() -> Vec<(&'static str, &'static str, &'static str)> {
     bench.chain(sandbox).collect()
 }
 
+/// The run's image substitutions in the order they are tried: every entry of the
+/// config's `[image_map]` first (the most specific pattern first: an exact name, then the
+/// longest literal prefix), then the bench's stand-ins in their table's order.
+#[derive(Debug, Clone, Default)]
+struct MapOrder {
+    /// The config's entries, one per map, in the order they are tried.
+    user: Vec<ImageMap>,
+}
+
+impl MapOrder {
+    /// The config's entries of `user_map`, most specific first.
+    fn new(user_map: &ImageMap) -> Self {
+        let mut entries: Vec<(&String, &String)> = user_map.0.iter().collect();
+        entries.sort_by_key(|(pattern, _)| specificity(pattern));
+        Self { user: entries.into_iter().map(|(p, t)| ImageMap(BTreeMap::from([(p.clone(), t.clone())]))).collect() }
+    }
+
+    /// The substitute for `image`: the config's, else a bench stand-in's tag.
+    fn lookup(&self, image: &str) -> Option<String> {
+        self.lookup_user(image).or_else(|| {
+            BENCH_STANDINS.iter().find_map(|s| {
+                ImageMap(BTreeMap::from([(s.pattern.to_string(), s.tag.to_string())])).lookup(image).map(str::to_string)
+            })
+        })
+    }
+
+    /// The config's substitute for `image`, if any.
+    fn lookup_user(&self, image: &str) -> Option<String> {
+        self.user.iter().find_map(|m| m.lookup(image)).map(str::to_string)
+    }
+
+    /// A map naming each of `images` exactly, with the substitute `lookup` gives it: the
+    /// sandbox, which tries a map's patterns in name order, then finds the same one.
+    fn exact<'a>(images: impl IntoIterator<Item = &'a str>, lookup: impl Fn(&str) -> Option<String>) -> ImageMap {
+        ImageMap(images.into_iter().filter_map(|i| lookup(i).map(|tag| (i.to_string(), tag))).collect())
+    }
+}
+
+/// How a pattern sorts among the config's: an exact name first, then the longest literal
+/// prefix (before the first `*`), then the most literal characters, then by name.
+fn specificity(pattern: &str) -> (bool, std::cmp::Reverse<usize>, std::cmp::Reverse<usize>, String) {
+    let prefix = pattern.find('*').unwrap_or(pattern.len());
+    let literal = pattern.chars().filter(|c| *c != '*').count();
+    (pattern.contains('*'), std::cmp::Reverse(prefix), std::cmp::Reverse(literal), pattern.to_string())
+}
+
 /// The images of one task's environment: service name → image.
 #[derive(Debug, Clone)]
 pub struct TaskImages {
@@ -106,21 +152,17 @@ impl EngineImages {
 /// Builds task images once per run.
 pub struct ImageCache {
     docker: Engine,
-    map: ImageMap,
+    map: MapOrder,
     build_env: BuildEnv,
     tasks: Mutex<HashMap<String, Slot>>,
     standins: Mutex<HashMap<String, StandinSlot>>,
 }
 
 impl ImageCache {
-    /// `user_map` wins over the bench's own stand-ins.
+    /// `user_map` wins over the bench's own stand-ins: each of its entries is tried before
+    /// any stand-in, the most specific first.
     pub fn new(docker: Engine, user_map: &ImageMap, build_env: BuildEnv) -> Self {
-        let mut map = user_map.clone();
-        for s in BENCH_STANDINS {
-            if user_map.lookup(s.pattern.trim_end_matches('*')).is_none() {
-                map.0.entry(s.pattern.to_string()).or_insert_with(|| s.tag.to_string());
-            }
-        }
+        let map = MapOrder::new(user_map);
         Self { docker, map, build_env, tasks: Mutex::new(HashMap::new()), standins: Mutex::new(HashMap::new()) }
     }
 
@@ -169,23 +211,20 @@ impl ImageCache {
                 self.ensure_standin_for(name).await?;
                 self.note_standin(name, standins);
                 let mut on_notice = |n: String| notices.push(n);
-                return agent_sandbox::resolve_image_with(
-                    &self.docker,
-                    &self.map,
-                    name,
-                    &self.build_env,
-                    &mut on_notice,
-                )
-                .await
-                .map_err(|e| ImageError::Resolve { service: service.name.clone(), source: Arc::new(e) });
+                let map = MapOrder::exact([name.as_str()], |i| self.map.lookup(i));
+                return agent_sandbox::resolve_image_with(&self.docker, &map, name, &self.build_env, &mut on_notice)
+                    .await
+                    .map_err(|e| ImageError::Resolve { service: service.name.clone(), source: Arc::new(e) });
             }
             ImageSource::Build { context, dockerfile } => (context, dockerfile),
         };
         let text = std::fs::read_to_string(dockerfile).unwrap_or_default();
-        for from in agent_sandbox::dockerfile_from_images(&text) {
-            self.ensure_standin_for(&from).await?;
-            self.note_standin(&from, standins);
+        let froms = agent_sandbox::dockerfile_from_images(&text);
+        for from in &froms {
+            self.ensure_standin_for(from).await?;
+            self.note_standin(from, standins);
         }
+        let map = MapOrder::exact(froms.iter().map(String::as_str), |i| self.map.lookup(i));
         let tag = format!(
             "agent-bench-{}-{}:latest",
             agent_sandbox::docker_name_part(&task.name),
@@ -202,7 +241,7 @@ impl ImageCache {
         };
         let build = agent_sandbox::build_task_image_with(
             &self.docker,
-            &self.map,
+            &map,
             context,
             dockerfile,
             &tag,
@@ -255,7 +294,7 @@ impl ImageCache {
 
     /// Builds the bench stand-in `image` maps to, if it maps to one.
     async fn ensure_standin_for(&self, image: &str) -> Result<(), ImageError> {
-        let Some(tag) = self.map.lookup(image).map(str::to_string) else { return Ok(()) };
+        let Some(tag) = self.map.lookup(image) else { return Ok(()) };
         if !BENCH_STANDINS.iter().any(|s| s.tag == tag && !s.body.is_empty()) {
             return Ok(());
         }
@@ -278,8 +317,7 @@ impl ImageCache {
         std::fs::write(&df, format!("FROM {}\n{}\n", standin.from, standin.body))
             .map_err(|e| ImageError::StandinDockerfile { path: df.display().to_string(), source: Arc::new(e) })?;
         // The stand-in's own FROM goes through the user's map only, not to itself.
-        let mut map = self.map.clone();
-        map.0.retain(|_, v| !BENCH_STANDINS.iter().any(|s| s.tag == v.as_str()));
+        let map = MapOrder::exact([standin.from], |i| self.map.lookup_user(i));
         agent_sandbox::build_task_image_with(
             &self.docker,
             &map,
@@ -322,6 +360,36 @@ mod tests {
         assert_eq!(step_text("#14 ERROR: \"/task-deps\" not found"), "\"/task-deps\" not found");
         assert_eq!(step_text("#9 fatal: unable to access"), "fatal: unable to access");
         assert_eq!(step_text("E: Unable to locate package x"), "E: Unable to locate package x");
+    }
+
+    #[test]
+    fn the_configs_map_wins_over_the_stand_ins_most_specific_first() {
+        let py = "agent-bench-python-3-13:cpython-bookworm";
+        let one = ImageMap(BTreeMap::from([("python:3.11*".to_string(), "my-py311".to_string())]));
+        let order = MapOrder::new(&one);
+        // The built-in `python:3*` sorts before `python:3.11*` but must not win.
+        assert_eq!(order.lookup("python:3.11-slim").as_deref(), Some("my-py311"));
+        assert_eq!(order.lookup("docker.io/library/python:3.11-slim").as_deref(), Some("my-py311"));
+        assert_eq!(order.lookup("python:3.12-slim").as_deref(), Some(py), "the stand-in still serves the rest");
+        assert_eq!(order.lookup("debian:bookworm"), None);
+        let several = ImageMap(BTreeMap::from([
+            ("*".to_string(), "any".to_string()),
+            ("python:*".to_string(), "py".to_string()),
+            ("python:3.11*".to_string(), "py311".to_string()),
+            ("python:3.11-slim".to_string(), "exact".to_string()),
+        ]));
+        let order = MapOrder::new(&several);
+        assert_eq!(order.lookup("python:3.11-slim").as_deref(), Some("exact"));
+        assert_eq!(order.lookup("python:3.11-bookworm").as_deref(), Some("py311"));
+        assert_eq!(order.lookup("python:3.12").as_deref(), Some("py"), "a broad entry of the config beats a stand-in");
+        assert_eq!(order.lookup("alpine").as_deref(), Some("any"));
+        // What the sandbox is handed gives the same answers.
+        let exact =
+            MapOrder::exact(["python:3.11-slim", "python:3.12", "scratch-ish"], |i| MapOrder::new(&one).lookup(i));
+        assert_eq!(exact.lookup("python:3.11-slim"), Some("my-py311"));
+        assert_eq!(exact.lookup("python:3.12"), Some(py));
+        assert_eq!(exact.0.len(), 2);
+        assert_eq!(MapOrder::new(&one).lookup_user("python:3.12"), None);
     }
 
     #[test]

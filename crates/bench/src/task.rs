@@ -260,15 +260,17 @@ impl BenchTask {
         let test_timeout = positive("verifier.timeout_sec", parsed.verifier.timeout_sec, 600.0)?;
         let env_dir = dir.join("environment");
         let compose_path = env_dir.join("docker-compose.yaml");
+        // `[environment.env]` feeds the compose file's variables, as under Harbor.
+        let (env, mut notices) = parsed.env(&shown)?;
         let environment = if compose_path.is_file() {
-            Compose::load(&compose_path, ComposePaths { dir: &env_dir, root: dir }, Dialect::Harbor)?
+            let paths = ComposePaths { dir: &env_dir, root: dir };
+            Compose::load_with_env(&compose_path, paths, Dialect::Harbor, &env.agent)?
         } else {
             single_service(&env_dir, &env_dir.join("Dockerfile"), Dialect::Harbor)
         };
         check_builds(&environment)?;
         let (internet, network_notice) = parsed.internet(&shown)?;
         let build_timeout = parsed.build_timeout(&shown)?;
-        let (env, mut notices) = parsed.env(&shown)?;
         notices.splice(0..0, environment.notices.iter().cloned());
         notices.extend(network_notice);
         notices.extend(parsed.mcp_notice());

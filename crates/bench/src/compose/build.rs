@@ -16,17 +16,17 @@ pub(super) fn image_of(body: &Value, ctx: &Ctx, bad: Bad) -> Result<ImageSource,
     let root = ctx.paths.root;
     let (context, dockerfile) = match body.get("build") {
         Some(Value::String(raw)) => {
-            let context = dir.join(ctx.sub(raw));
+            let context = dir.join(raw);
             inside(&context, root).map_err(|r| bad("build", &format!("`{raw}`: {r}; a build context is {WHY}")))?;
             (context.clone(), context.join("Dockerfile"))
         }
         Some(b @ Value::Mapping(_)) => {
             let raw = b.get("context").and_then(Value::as_str).unwrap_or(".");
-            let context = dir.join(ctx.sub(raw));
+            let context = dir.join(raw);
             inside(&context, root)
                 .map_err(|r| bad("build.context", &format!("`{raw}`: {r}; a build context is {WHY}")))?;
             let raw = b.get("dockerfile").and_then(Value::as_str).unwrap_or("Dockerfile");
-            let dockerfile = context.join(ctx.sub(raw));
+            let dockerfile = context.join(raw);
             inside(&dockerfile, root)
                 .map_err(|r| bad("build.dockerfile", &format!("`{raw}`: {r}; a Dockerfile is {WHY}")))?;
             (context, dockerfile)
@@ -34,8 +34,8 @@ pub(super) fn image_of(body: &Value, ctx: &Ctx, bad: Bad) -> Result<ImageSource,
         Some(_) => return Err(bad("build", "expected a path or a mapping with `context` and `dockerfile`")),
         None => {
             return match body.get("image").and_then(Value::as_str) {
-                Some(img) if !img.contains("${") => Ok(ImageSource::Named(img.to_string())),
-                _ => Err(bad("build", "a service needs `build` or a literal `image`")),
+                Some(img) if !img.trim().is_empty() => Ok(ImageSource::Named(img.to_string())),
+                _ => Err(bad("build", "a service needs `build` or an `image` (not empty once its variables are read)")),
             }
         }
     };

@@ -38,7 +38,6 @@ pub(super) fn load(
     };
     let mut env = Vec::new();
     for (file, required) in files {
-        let file = ctx.sub(&file);
         if !required && !ctx.paths.dir.join(&file).exists() {
             continue;
         }

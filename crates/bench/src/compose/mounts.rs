@@ -19,9 +19,11 @@ const HARNESS_LOG_SOURCES: [&str; 5] = [
     "HOST_ARTIFACTS_PATH",
 ];
 
-/// Parses `volumes` (short `SRC:DST[:MODE]` and long syntax).
+/// Parses `volumes` (short `SRC:DST[:MODE]` and long syntax); `raw` is the list as
+/// written, before its variables were read.
 pub(super) fn parse_volumes(
     v: Option<&Value>,
+    raw: Option<&Value>,
     ctx: &Ctx,
     service: &str,
     found: &mut Found,
@@ -33,9 +35,13 @@ pub(super) fn parse_volumes(
         Some(_) => return Err(bad("volumes", "expected a list")),
     };
     let mut mounts = Vec::new();
-    for item in items {
+    let raw_items = raw.and_then(Value::as_sequence);
+    for (i, item) in items.iter().enumerate() {
         let mount = match item {
-            Value::String(raw) => short_volume(raw, ctx, service, found, bad)?,
+            Value::String(text) => {
+                let raw = raw_items.and_then(|r| r.get(i)).and_then(Value::as_str).unwrap_or(text);
+                short_volume(raw, text, ctx, service, found, bad)?
+            }
             Value::Mapping(_) => long_volume(item, ctx, bad)?,
             _ => return Err(bad("volumes", "each entry is a string or a mapping")),
         };
@@ -44,14 +50,21 @@ pub(super) fn parse_volumes(
     Ok(mounts)
 }
 
-/// `SRC:DST[:MODE]` or `DST` (an anonymous volume); `None` for a harness log mount.
-fn short_volume(raw: &str, ctx: &Ctx, service: &str, found: &mut Found, bad: Bad) -> Result<Option<Mount>, TaskError> {
+/// `SRC:DST[:MODE]` or `DST` (an anonymous volume), `text` interpolated from `raw`;
+/// `None` for a harness log mount.
+fn short_volume(
+    raw: &str,
+    text: &str,
+    ctx: &Ctx,
+    service: &str,
+    found: &mut Found,
+    bad: Bad,
+) -> Result<Option<Mount>, TaskError> {
     if let Some(var) = raw.strip_prefix("${").and_then(|r| r.split('}').next()) {
         if HARNESS_LOG_SOURCES.contains(&var) {
             return Ok(None);
         }
     }
-    let text = ctx.sub(raw);
     let parts: Vec<&str> = text.split(':').collect();
     let (source, target, mode) = match parts.as_slice() {
         [target] => return Ok(Some(Mount::Volume { name: None, target: target.to_string(), read_only: false })),
@@ -75,7 +88,7 @@ fn short_volume(raw: &str, ctx: &Ctx, service: &str, found: &mut Found, bad: Bad
 
 /// The long syntax: `type`, `source`, `target`, `read_only`, `tmpfs.size|mode`.
 fn long_volume(item: &Value, ctx: &Ctx, bad: Bad) -> Result<Option<Mount>, TaskError> {
-    let str_of = |k: &str| item.get(k).and_then(Value::as_str).map(|s| ctx.sub(s));
+    let str_of = |k: &str| item.get(k).and_then(Value::as_str).map(str::to_string);
     let target = str_of("target")
         .filter(|t| t.starts_with('/'))
         .ok_or_else(|| bad("volumes", "a long-syntax entry needs `target`, an absolute path in the container"))?;

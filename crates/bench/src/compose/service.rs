@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use serde_yaml::Value;
 
-use super::{envfile, mounts, ports, substitute, Bad, BadReason, ComposePaths, Dialect, HealthCheck};
+use super::{envfile, mounts, ports, Bad, BadReason, ComposePaths, HealthCheck};
 use super::{Service, TaskError};
 
 /// Service keys a trial honours.
@@ -62,22 +62,17 @@ impl Found {
 /// What every service of one file shares.
 pub(super) struct Ctx<'a> {
     pub paths: ComposePaths<'a>,
-    pub dialect: Dialect,
     /// The named volumes declared at the top level.
     pub volumes: &'a [String],
 }
 
-impl Ctx<'_> {
-    /// The text with the harness's variables substituted.
-    pub fn sub(&self, s: &str) -> String {
-        substitute(s, self.dialect)
-    }
-}
-
-/// Parses one service; `agent` says whether it is the agent's.
+/// Parses one service (`body` interpolated, `raw` as written); `agent` says whether it is
+/// the agent's.
+#[allow(clippy::too_many_arguments)]
 pub(super) fn parse_service(
     name: &str,
     body: &Value,
+    raw: &Value,
     ctx: &Ctx,
     agent: bool,
     found: &mut Found,
@@ -99,7 +94,7 @@ pub(super) fn parse_service(
         service.entrypoint = entrypoint;
     }
     let mut environment = envfile::load(body.get("env_file"), ctx, name, found, bad)?;
-    envfile::merge_env(&mut environment, environment_of(body.get("environment"), bad)?.iter().map(|e| ctx.sub(e)));
+    envfile::merge_env(&mut environment, environment_of(body.get("environment"), bad)?);
     service.environment = environment;
     service.working_dir = body.get("working_dir").and_then(Value::as_str).map(str::to_string);
     service.healthcheck = match body.get("healthcheck") {
@@ -112,7 +107,7 @@ pub(super) fn parse_service(
         Some(Value::Mapping(m)) => m.keys().filter_map(|k| k.as_str().map(str::to_string)).collect(),
         Some(_) => return Err(bad("depends_on", "expected a list or a mapping")),
     };
-    service.mounts = mounts::parse_volumes(body.get("volumes"), ctx, name, found, bad)?;
+    service.mounts = mounts::parse_volumes(body.get("volumes"), raw.get("volumes"), ctx, name, found, bad)?;
     service.mounts.extend(mounts::parse_tmpfs(body.get("tmpfs"), bad)?);
     service.ports = ports::parse_ports(body.get("ports"), name, found, bad)?;
     service.user = scalar(body.get("user"), "user", bad)?;
