@@ -2,7 +2,7 @@
 # Issue 49's ablation: the built-in models on a task folder with each change on and off —
 # the call grammar (`constrain_calls`), the repeated-call notes (`repeat_notes`) and the
 # compact prompt for small models (`prompt_profile`) — one `agent bench` run per (model,
-# arm), then a table for docs/benchmarks.md: resolved (standard error clustered by task),
+# arm; `default` is what ships: grammar and notes on, the full prompt), then a table for docs/benchmarks.md: resolved (standard error clustered by task),
 # parse errors per turn, repeated calls per turn, tokens per resolved task (the decode cost
 # of the grammar comes from `agent perf model --tool-format native`).
 # Slow (hours on 2 cores), so not part of the test suite. A finished arm is kept and
@@ -24,7 +24,7 @@ if ! $table_only; then
   [ -x "$AGENT_BIN" ] || cargo build --quiet --workspace
   tasks="${2:-$AGENT_SHARED/tb1-tasks}"
   models="${MODELS:-qwen2.5-coder-1.5b qwen2.5-coder-0.5b}"
-  arms="${ARMS:-off grammar notes prompt all}"
+  arms="${ARMS:-off default grammar notes prompt all}"
   mkdir -p "$out"
   for model in $models; do
     for arm in $arms; do
@@ -37,7 +37,8 @@ if ! $table_only; then
         notes)   conf='constrain_calls = false\nrepeat_notes = true\nprompt_profile = "full"' ;;
         prompt)  conf='constrain_calls = false\nrepeat_notes = false\nprompt_profile = "compact"' ;;
         all)     conf='constrain_calls = true\nrepeat_notes = true\nprompt_profile = "compact"' ;;
-        *) echo "unknown arm $arm (off, grammar, notes, prompt, all)" >&2; exit 2 ;;
+        default) conf='constrain_calls = true\nrepeat_notes = true\nprompt_profile = "full"' ;;
+        *) echo "unknown arm $arm (off, grammar, notes, prompt, all, default)" >&2; exit 2 ;;
       esac
       mkdir -p "$dir"
       printf "$conf\n${EXTRA_CONF:-}\n" > "$dir.toml"

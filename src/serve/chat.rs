@@ -18,7 +18,7 @@ use super::logprobs::Naming;
 use super::tool_calls::{split, CallSplitter, Part};
 use super::wire::{check_n, finish_name, CompletionRequest, ToolChoice, WireResponseFormat, WireUsage};
 use super::{backend_error, bad_request, error_event, guarded, now, AppState};
-use agent_llm::grammar::{json_value, native_calls, CallChoice, Openers};
+use agent_llm::grammar::{json_value, native_calls, CallChoice, Calls, Openers};
 use agent_llm::{FinishReason, GenerationPiece};
 
 /// The opening written for the model when a call is required: the Hermes `<tool_call>`
@@ -71,10 +71,12 @@ pub(super) async fn chat(State(s): State<AppState>, body: Bytes) -> Response {
         chat.grammar = match (&schema, &choice) {
             (Some(schema), _) => Some(json_value(schema)),
             (None, ToolChoice::Off) => None,
-            (None, ToolChoice::Auto) => native_calls(&chat.tools, &CallChoice::Optional, Openers::Tagged),
-            (None, ToolChoice::Required) => native_calls(&chat.tools, &CallChoice::Required, Openers::Tagged),
+            (None, ToolChoice::Auto) => native_calls(&chat.tools, &CallChoice::Optional, Openers::Tagged, Calls::Many),
+            (None, ToolChoice::Required) => {
+                native_calls(&chat.tools, &CallChoice::Required, Openers::Tagged, Calls::Many)
+            }
             (None, ToolChoice::Named(name)) => {
-                native_calls(&chat.tools, &CallChoice::Named(name.clone()), Openers::Tagged)
+                native_calls(&chat.tools, &CallChoice::Named(name.clone()), Openers::Tagged, Calls::Many)
             }
         };
         String::new()

@@ -31,6 +31,9 @@ replies:
   - "<tool_call>\n{\"name\": \"finish\", \"arguments\": {\"message\": \"Ran it once.\"}}\n</tool_call>"
   - "Trying a tool.\n<tool_call>\n{\"name\": \"bsah\", \"arguments\": {\"cmd\": \"echo raw-call-shown\"}}\n</tool_call>\n"
   - "<tool_call>\n{\"name\": \"finish\", \"arguments\": {\"message\": \"Gave up on it.\"}}\n</tool_call>"
+  - reply: "Checking.\n{\"name\": \"bash\", \"arguments\": {\"cmd\": \"echo bare-$((2*3))\"}}\n"
+    delay_ms: 2000
+  - "<tool_call>\n{\"name\": \"finish\", \"arguments\": {\"message\": \"The bare one ran.\"}}\n</tool_call>"
 "#,
     );
     let tmux = Tmux::start(&work, 110, 40);
@@ -82,6 +85,24 @@ replies:
     assert_eq!(screen.matches("raw-call-shown").count(), 1, "{screen}");
     // The finish call that followed is its cell only.
     assert!(!screen.contains(r#""message": "Gave up"#), "{screen}");
+
+    // A call object alone on a line (how the small models often write one) is held back
+    // too: while it streams and after it ran, its command is on screen once, in its cell.
+    tmux.type_text("the bare one");
+    tmux.keys(&["Enter"]);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let screen = loop {
+        let s = tmux.screen();
+        assert!(s.matches("bare-$((2*3))").count() <= 1, "the call's text was drawn as prose:\n{s}");
+        if s.contains("The bare one ran.") {
+            break s;
+        }
+        assert!(Instant::now() < deadline, "the bare call never ran; the screen:\n{s}");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert!(screen.contains("Checking."), "{screen}");
+    assert_eq!(screen.matches("bare-$((2*3))").count(), 1, "drawn once, as its cell:\n{screen}");
+    assert!(screen.contains("bare-6"), "the cell shows the output:\n{screen}");
 
     quit_and_check(&tmux, &cid);
 }

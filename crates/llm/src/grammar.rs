@@ -24,11 +24,17 @@ pub const CALL_CLOSE: &str = "</tool_call>";
 /// Whitespace the model may put between two JSON tokens of a call.
 const WS: &str = r"/[ \t\n]{1,24}/";
 
+/// Any text without a run of more than 32 whitespace characters (deep indentation fits).
+const BOUNDED_TEXT: &str = r"([^ \t\r\n]|[ \t\r\n]{1,32}[^ \t\r\n])*[ \t\r\n]{0,32}";
+
 /// Which calls a reply may or must make.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum CallChoice {
-    /// Text, calls, or both (an agent's turn; OpenAI's `tool_choice: auto`).
+    /// Text, calls, or both (an interactive agent's turn; OpenAI's `tool_choice: auto`).
     Optional,
+    /// Text, then at least one call: a headless agent's turn, where a reply without a
+    /// call is an error (the model is kept from ending its reply before it acts).
+    AfterText,
     /// At least one call (`tool_choice: required`).
     Required,
     /// At least one call, all of this tool (`tool_choice: {"function": {"name": ...}}`).
@@ -46,9 +52,21 @@ pub enum Openers {
     Loose,
 }
 
+/// How many calls one reply may make.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Calls {
+    /// One, then the reply ends: the agent loop with a small model. Kept from writing
+    /// text after a call, the 1.5B wrote the same call again instead, up to four times a
+    /// reply (29 calls in 8 turns on one task); one action per turn is also what
+    /// SWE-agent and mini-swe-agent ask of their models.
+    One,
+    /// Any number in a row (parallel calls, as a chat API offers them).
+    Many,
+}
+
 /// The grammar of a reply that may hold native calls of `tools`. `None` when no tool is
 /// left to call (an empty list, or a named tool that is not in it).
-pub fn native_calls(tools: &[ToolDefinition], choice: &CallChoice, openers: Openers) -> Option<String> {
+pub fn native_calls(tools: &[ToolDefinition], choice: &CallChoice, openers: Openers, calls: Calls) -> Option<String> {
     let offered: Vec<&ToolDefinition> = match choice {
         CallChoice::Named(name) => tools.iter().filter(|t| &t.name == name).collect(),
         _ => tools.iter().collect(),
@@ -61,31 +79,49 @@ pub fn native_calls(tools: &[ToolDefinition], choice: &CallChoice, openers: Open
     // would be written before its result is known (small models narrate made-up
     // outputs there), and it costs decode time.
     // A required call comes first, as `tool_choice: required` means in OpenAI's API.
+    let more = match calls {
+        Calls::One => "ws?",
+        Calls::Many => "(ws? next)* ws?",
+    };
     match choice {
-        CallChoice::Optional => g.push_str("start: free | first (ws? next)* ws?\n"),
-        _ => g.push_str("start: next (ws? next)* ws?\n"),
+        CallChoice::Optional => g.push_str(&format!("start: free | first {more}\n")),
+        CallChoice::AfterText => g.push_str(&format!("start: first {more}\n")),
+        CallChoice::Required | CallChoice::Named(_) => g.push_str(&format!("start: next {more}\n")),
     }
     let close = lark_string(CALL_CLOSE);
     g.push_str(&format!("first: tag_lead ws? object ws? {close}"));
     if openers == Openers::Loose {
-        g.push_str(" | fence_lead ws? object ws? \"```\" | bare_lead object_rest");
+        // The closing fence on a line of its own, as the loop reads a block (a fence right
+        // after the `}` left the 0.5B's calls unread).
+        g.push_str(" | fence_lead ws? object fence_close | bare_lead object_rest");
     }
     g.push_str(&format!("\nnext: {} ws? object ws? {close}", lark_string(CALL_OPEN)));
     if openers == Openers::Loose {
-        g.push_str(" | \"```json\" /[ \\t]*\\n/ ws? object ws? \"```\" | object");
+        g.push_str(" | \"```json\" /[ \\t]*\\n/ ws? object fence_close | object");
     }
     g.push('\n');
     let tag = regex_escape(CALL_OPEN);
-    g.push_str(&format!("tag_lead[lazy]: /(?s:.*){tag}/\n"));
+    // The text before a call. Where the reply cannot end without one, a model that would
+    // have ended after its prose writes blank lines instead (the 1.5B: 300 tokens of them,
+    // until the loop cut the reply): there runs of whitespace are bounded, so it must go on
+    // to something, and the call is what the prompt has taught it comes next.
+    let text = match choice {
+        CallChoice::AfterText => BOUNDED_TEXT,
+        _ => "(?s:.*)",
+    };
+    g.push_str(&format!("tag_lead[lazy]: /{text}{tag}/\n"));
     // What the free text may not contain: every opener.
     let mut banned = vec![format!("~/(?s:.*{tag}.*)/")];
     if openers == Openers::Loose {
-        g.push_str("fence_lead[lazy]: /(?s:(.*\\n)?)```json[ \\t]*\\n/\n");
-        g.push_str("bare_lead[lazy]: /(?s:(.*\\n)?)[ \\t]{0,8}\\{/\n");
+        g.push_str(&format!("fence_lead[lazy]: /({text}\\n)?```json[ \\t]*\\n/\n"));
+        g.push_str(&format!("bare_lead[lazy]: /({text}\\n)?[ \\t]{{0,8}}\\{{/\n"));
         banned.push("~/(?s:(.*\\n)?```json[ \\t]*\\n.*)/".into());
         banned.push("~/(?s:(.*\\n)?[ \\t]{0,8}\\{.*)/".into());
     }
     g.push_str(&format!("free: FREE\nFREE: /(?s:.*)/ & {}\n", banned.join(" & ")));
+    if openers == Openers::Loose {
+        g.push_str("fence_close: /[ \\t]{0,8}\\n([ \\t]{0,8}\\n)?[ \\t]{0,8}```/\n");
+    }
     g.push_str("object: \"{\" object_rest\n");
     g.push_str("object_rest: ws? \"\\\"name\\\"\" ws? \":\" ws? named\n");
     let named: Vec<String> = (0..offered.len()).map(|i| format!("named{i}")).collect();

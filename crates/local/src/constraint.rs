@@ -79,7 +79,7 @@ impl Constraint {
     /// Sets the logit of every token the grammar refuses here to minus infinity. When the
     /// grammar has reached a dead end (which a sound grammar never does) the logits are
     /// left alone, so the reply goes on unconstrained rather than stalling.
-    pub fn mask(&mut self, logits: &mut [f32]) {
+    fn mask(&mut self, logits: &mut [f32]) {
         let Ok(mask) = self.matcher.compute_mask_or_eos() else { return };
         if mask.is_zero() {
             return;
@@ -91,8 +91,19 @@ impl Constraint {
         }
     }
 
+    /// Draws one token with `sample` from what the grammar allows here (`sample` sees the
+    /// masked logits and returns the token and whatever else it reports), then advances
+    /// past it: the one way an engine that samples itself applies a grammar.
+    pub fn draw<R>(&mut self, logits: &[f32], sample: impl FnOnce(&[f32]) -> (u32, R)) -> (u32, R) {
+        let mut allowed = logits.to_vec();
+        self.mask(&mut allowed);
+        let drawn = sample(&allowed);
+        self.accept(drawn.0);
+        drawn
+    }
+
     /// Advances the grammar past the token that was chosen.
-    pub fn accept(&mut self, id: u32) {
+    fn accept(&mut self, id: u32) {
         if !self.matcher.is_stopped() {
             let _ = self.matcher.consume_token(id);
         }

@@ -496,6 +496,7 @@ impl App {
             }
             Event::TaskStarted { history_len } => self.task_started(history_len),
             Event::TurnStarted { turn } => {
+                self.transcript.last_reply_mut(CallFilter::reveal_unread);
                 self.busy = true;
                 self.busy_since.get_or_insert_with(Instant::now);
                 self.status.turns = self.status.turns.max(turn);
@@ -573,7 +574,10 @@ impl App {
                 let lines: Vec<String> = ignored.iter().map(|i| format!("  · {}", i.what)).collect();
                 self.info(format!("not used (the project is not trusted):\n{}\n{hint}", lines.join("\n")));
             }
-            Event::TaskComplete => self.idle(),
+            Event::TaskComplete => {
+                self.transcript.last_reply_mut(CallFilter::reveal_unread);
+                self.idle();
+            }
             Event::Error { message, fatal } => {
                 if fatal {
                     self.idle();

@@ -7,7 +7,8 @@
 //! Calls start at `<tool_call>` (the native format, anywhere outside `<think>`), at a
 //! line that starts with a tool's tag (`<bash>`, the text format), or at a fence line
 //! (```` ```json ```` or a bare ```` ``` ````) whose block starts with a call object
-//! naming a tool (`{"name": "bash", ...`). Text that may still become an opener (`<tool`
+//! naming a tool (`{"name": "bash", ...`), or at such a call object starting a line by
+//! itself (the small models write it so; the object ends where its braces balance). Text that may still become an opener (`<tool`
 //! at the end of a delta, a fence line not yet ended) is held back until the next delta
 //! decides it or the reply ends.
 
@@ -46,6 +47,8 @@ pub struct CallText {
     pub closed: bool,
     /// Whether it is drawn raw: the core could not read this reply's calls.
     pub shown: bool,
+    /// Whether the core read it and ran it (drawn as its own tool cell).
+    pub read: bool,
 }
 
 impl CallText {
@@ -55,6 +58,9 @@ impl CallText {
         let raw = self.raw.trim_start();
         if let Some(body) = raw.strip_prefix(TOOL_CALL_OPEN) {
             return call_object_name(body).ok();
+        }
+        if raw.starts_with('{') {
+            return call_object_name(raw).ok();
         }
         if raw.starts_with('`') || raw.starts_with('~') {
             let body = raw.split_once('\n').map_or("", |(_, b)| b);
@@ -72,6 +78,46 @@ enum Closer {
     Tag(String),
     /// A fence line of `ch`, at least `len` long, with nothing else on it.
     Fence { ch: char, len: usize },
+    /// The brace that balances the call object's first one.
+    Object(ObjectScan),
+}
+
+/// Where a JSON object being streamed stands: how deep in braces and brackets, and
+/// whether inside a string (where braces do not count).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+struct ObjectScan {
+    depth: u32,
+    in_string: bool,
+    escaped: bool,
+}
+
+impl ObjectScan {
+    /// Reads `s`: the length read through the object's last brace, when it ends in `s`.
+    fn feed(&mut self, s: &str) -> Option<usize> {
+        for (i, b) in s.bytes().enumerate() {
+            if self.in_string {
+                match b {
+                    _ if self.escaped => self.escaped = false,
+                    b'\\' => self.escaped = true,
+                    b'"' => self.in_string = false,
+                    _ => {}
+                }
+                continue;
+            }
+            match b {
+                b'"' => self.in_string = true,
+                b'{' | b'[' => self.depth += 1,
+                b'}' | b']' => {
+                    self.depth = self.depth.saturating_sub(1);
+                    if self.depth == 0 {
+                        return Some(i + 1);
+                    }
+                }
+                _ => {}
+            }
+        }
+        None
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -114,6 +160,8 @@ pub struct CallFilter {
     line_start: bool,
     /// An ordinary code block is open (its fence and length): a bare fence line closes it.
     fence: Option<(char, usize)>,
+    /// A fence line came: the core then reads calls only in blocks, not bare objects.
+    fenced: bool,
 }
 
 impl Default for CallFilter {
@@ -125,7 +173,14 @@ impl Default for CallFilter {
 impl CallFilter {
     /// A filter for a reply that starts streaming.
     pub fn new() -> Self {
-        Self { pieces: Vec::new(), pending: String::new(), state: State::Text, line_start: true, fence: None }
+        Self {
+            pieces: Vec::new(),
+            pending: String::new(),
+            state: State::Text,
+            line_start: true,
+            fence: None,
+            fenced: false,
+        }
     }
 
     /// The pieces of a whole reply.
@@ -208,20 +263,38 @@ impl CallFilter {
         any
     }
 
-    /// Hides again the first call drawn raw that names `tool`: the core read it after
-    /// all (a reply with one bad call and one good one); whether one was found.
+    /// The core runs a call of `tool`: the first call naming it not yet read is its cell
+    /// only (hidden again if a parse error of the same reply revealed it); whether one
+    /// was found.
     pub fn hide_call_of(&mut self, tool: &str) -> bool {
         let found = self.pieces.iter_mut().find_map(|p| match p {
-            Piece::Call(c) if c.shown && c.tool().as_deref() == Some(tool) => Some(c),
+            Piece::Call(c) if !c.read && c.tool().as_deref() == Some(tool) => Some(c),
             _ => None,
         });
         match found {
             Some(c) => {
+                c.read = true;
                 c.shown = false;
                 true
             }
             None => false,
         }
+    }
+
+    /// The core is done with this reply: what it did not run is drawn as written (a call
+    /// object the core took for prose, a call an earlier one stopped, a broken call among
+    /// good ones), so nothing the model wrote goes unseen; whether any was hidden.
+    pub fn reveal_unread(&mut self) -> bool {
+        let mut any = false;
+        for piece in &mut self.pieces {
+            if let Piece::Call(c) = piece {
+                if !c.read && !c.shown {
+                    c.shown = true;
+                    any = true;
+                }
+            }
+        }
+        any
     }
 
     fn read(&mut self, eof: bool) {
@@ -240,6 +313,10 @@ impl CallFilter {
                 State::Call(Closer::Fence { ch, len }) => {
                     let (ch, len) = (*ch, *len);
                     self.fence_call_step(rest, ch, len, eof)
+                }
+                State::Call(Closer::Object(scan)) => {
+                    let scan = *scan;
+                    self.object_call_step(rest, scan)
                 }
                 State::FenceProbe { .. } => self.probe_step(rest, eof),
             };
@@ -339,6 +416,21 @@ impl CallFilter {
         match first {
             '<' => self.tag_at_line_start(s, indent, eof),
             '`' | '~' if indent <= 3 => self.fence_at_line_start(s, indent, first, eof),
+            '{' if !self.fenced => self.object_at_line_start(s, indent, eof),
+            _ => LineStart::Plain,
+        }
+    }
+
+    /// A call object starting a line is a call (before any fence, as the core reads it);
+    /// any other `{` is prose.
+    fn object_at_line_start(&mut self, s: &str, indent: usize, eof: bool) -> LineStart {
+        match call_object_name(&s[indent..]) {
+            Err(Probe::Wait) if !eof => LineStart::Step(Step::Wait),
+            Ok(name) if is_tool_name(&name) => {
+                self.emit(&s[..indent]);
+                self.open_call("", Closer::Object(ObjectScan::default()));
+                LineStart::Step(Step::Read(indent))
+            }
             _ => LineStart::Plain,
         }
     }
@@ -373,6 +465,7 @@ impl CallFilter {
         if ch == '`' && info.contains('`') {
             return LineStart::Plain;
         }
+        self.fenced = true;
         match self.fence {
             Some((open, open_len)) => {
                 if ch != open || len < open_len || !info.is_empty() {
@@ -427,6 +520,22 @@ impl CallFilter {
         }
         if let Some(c) = self.call_raw() {
             c.raw.push_str(&s[..n]);
+        }
+        Step::Read(n)
+    }
+
+    /// A call object is read to the brace that balances its first one; what follows on
+    /// its line is prose again.
+    fn object_call_step(&mut self, s: &str, mut scan: ObjectScan) -> Step {
+        let end = scan.feed(s);
+        let n = end.unwrap_or(s.len());
+        if let Some(c) = self.call_raw() {
+            c.raw.push_str(&s[..n]);
+        }
+        if end.is_some() {
+            self.close_call();
+        } else {
+            self.state = State::Call(Closer::Object(scan));
         }
         Step::Read(n)
     }

@@ -177,7 +177,8 @@ fn a_json_block_that_is_not_a_call_stays_prose() {
 
 #[test]
 fn a_code_block_closes_before_a_call_object_can_follow() {
-    // The bare fence closes the rust block; it does not open a call.
+    // The bare fence closes the rust block; it does not open a call (nor does the object
+    // after it: after a fence the core reads calls only in blocks).
     let text = "```rust\nlet x = 1;\n```\n{\"name\": \"bash\"}\n";
     let f = CallFilter::from_text(text);
     assert_eq!((f.prose().as_str(), f.calls().count()), (text, 0));
@@ -209,4 +210,56 @@ fn tool_names_are_the_builtin_ones_and_mcp_ones() {
     assert_eq!(builtin.names().len(), BUILTIN_TOOLS.len(), "a built-in tool is missing here");
     assert!(is_tool_name("github__search_issues"));
     assert!(!is_tool_name("python") && !is_tool_name("tool_call") && !is_tool_name("think"));
+}
+
+#[test]
+fn a_call_object_starting_a_line_is_a_call_to_its_balancing_brace() {
+    // Pretty-printed and streamed in pieces, with braces inside its strings.
+    let reply = "I will check.\n{\n  \"name\": \"bash\",\n  \"arguments\": {\"cmd\": \"echo '}' && awk '{print $1}' f\"}\n} then wait\nDone.";
+    let whole = CallFilter::from_text(reply);
+    assert_eq!(whole.prose(), "I will check.\n then wait\nDone.");
+    assert_eq!(
+        raws(&whole),
+        vec!["{\n  \"name\": \"bash\",\n  \"arguments\": {\"cmd\": \"echo '}' && awk '{print $1}' f\"}\n}"]
+    );
+    assert_eq!(whole.calls().next().unwrap().tool().as_deref(), Some("bash"));
+    assert!(whole.calls().next().unwrap().closed);
+    for at in 1..reply.len() {
+        if !reply.is_char_boundary(at) {
+            continue;
+        }
+        let f = streamed(&[&reply[..at], &reply[at..]]);
+        assert_eq!(f.pieces(), whole.pieces(), "split at {at}");
+    }
+    // While its start is undecided, nothing of it is drawn.
+    let mut f = CallFilter::new();
+    f.push("Now:\n{\"na");
+    assert_eq!(f.prose(), "Now:\n");
+    // Objects that are not calls, and calls after a fence (the core reads only blocks
+    // then), are prose.
+    for text in
+        ["{\"version\": 1}\n", "{\"name\": \"my-package\"}\n", "```rust\nlet x = 1;\n```\n{\"name\": \"bash\"}\n"]
+    {
+        let f = CallFilter::from_text(text);
+        assert_eq!((f.prose().as_str(), f.calls().count()), (text, 0), "{text}");
+    }
+}
+
+#[test]
+fn what_the_core_did_not_run_is_revealed_when_it_is_done_with_the_reply() {
+    let mut f = CallFilter::from_text(
+        "<tool_call>{\"name\": \"bash\", \"arguments\": {\"cmd\": \"ls\"}}</tool_call>\n{\"name\": \"finish\", \"oops\": 1}",
+    );
+    assert!(f.hide_call_of("bash"), "the core runs the bash call");
+    assert!(f.reveal_unread(), "the object it took for prose is drawn");
+    let shown: Vec<bool> = f.calls().map(|c| c.shown).collect();
+    assert_eq!(shown, vec![false, true]);
+    assert!(!f.reveal_unread(), "nothing more to reveal");
+    // A parse error revealed both; the one the core then ran is its cell only.
+    let mut f = CallFilter::from_text(
+        "<tool_call>{\"name\": \"bsah\"}</tool_call>\n<tool_call>{\"name\": \"bash\", \"arguments\": {}}</tool_call>",
+    );
+    f.reveal_calls();
+    assert!(f.hide_call_of("bash"));
+    assert_eq!(f.calls().map(|c| (c.shown, c.read)).collect::<Vec<_>>(), vec![(true, false), (false, true)]);
 }

@@ -76,11 +76,7 @@ pub async fn run(args: ModelPerfArgs) -> anyhow::Result<u8> {
         prompt_words: args.prompt_words,
         tools: if native { specs.definitions() } else { Vec::new() },
         call_grammar: if native && !args.no_grammar_cost {
-            agent_llm::grammar::native_calls(
-                &specs.definitions(),
-                &agent_llm::grammar::CallChoice::Optional,
-                agent_llm::grammar::Openers::Loose,
-            )
+            agent_core::tools::reply_grammar(agent_core::tools::ToolFormat::Native, &specs.definitions(), &specs, false)
         } else {
             None
         },

@@ -7,28 +7,37 @@
 //! scalar's quoting rules are beyond a line grammar, and the parser already reads a bad
 //! one leniently or answers with an example.
 
-use agent_llm::grammar::{lark_string, native_calls, regex_escape, CallChoice, Openers};
+use agent_llm::grammar::{lark_string, native_calls, regex_escape, CallChoice, Calls, Openers};
 use agent_llm::ToolDefinition;
 use serde_json::Value;
 
 use super::{ToolFormat, ToolSpecs};
 
 /// The grammar of one reply: `tools` are the native definitions the request offers (the
-/// native format), `specs` the tools the text format explains. An agent's turn may hold
-/// text, calls or both.
-pub fn reply_grammar(format: ToolFormat, tools: &[ToolDefinition], specs: &ToolSpecs) -> Option<String> {
+/// native format), `specs` the tools the text format explains. An interactive turn may
+/// hold text, a call or both; with `must_call` (a headless run, where a reply without a
+/// call is an error) text may come first but a call must follow.
+pub fn reply_grammar(
+    format: ToolFormat,
+    tools: &[ToolDefinition],
+    specs: &ToolSpecs,
+    must_call: bool,
+) -> Option<String> {
     match format {
         // The loop reads ```json blocks and line-start objects as calls, so they are held to
         // the grammar too.
-        ToolFormat::Native => native_reply_grammar(tools, specs, &CallChoice::Optional),
-        _ => text_calls(specs),
+        ToolFormat::Native => {
+            let choice = if must_call { CallChoice::AfterText } else { CallChoice::Optional };
+            native_reply_grammar(tools, specs, &choice)
+        }
+        _ => text_calls(specs, must_call),
     }
 }
 
-/// The grammar of a native reply that makes the calls `choice` asks for, each held to what
-/// the loop's validation accepts.
+/// The grammar of a native reply that makes the call `choice` asks for, one call a reply,
+/// held to what the loop's validation accepts.
 pub fn native_reply_grammar(tools: &[ToolDefinition], specs: &ToolSpecs, choice: &CallChoice) -> Option<String> {
-    native_calls(&grammar_tools(tools, specs), choice, Openers::Loose)
+    native_calls(&grammar_tools(tools, specs), choice, Openers::Loose, Calls::One)
 }
 
 /// The offered tools with the schemas the grammar holds calls to: a discriminated tool's
@@ -56,8 +65,9 @@ fn grammar_tools(tools: &[ToolDefinition], specs: &ToolSpecs) -> Vec<ToolDefinit
         .collect()
 }
 
-/// Text-format calls: free text, each call's tag opening a line.
-fn text_calls(specs: &ToolSpecs) -> Option<String> {
+/// Text-format calls: free text, each call's tag opening a line (at least one with
+/// `must_call`).
+fn text_calls(specs: &ToolSpecs, must_call: bool) -> Option<String> {
     let mut rules = String::new();
     let mut alternatives = Vec::new();
     for (i, spec) in specs.iter().enumerate() {
@@ -78,12 +88,13 @@ fn text_calls(specs: &ToolSpecs) -> Option<String> {
     let openers: Vec<String> = specs.iter().map(|s| format!("<{}>", regex_escape(&s.name))).collect();
     Some(format!(
         "%llguidance {{}}\n\
-         start: ({calls})* free\n\
+         start: ({calls}){repeat} free\n\
          {rules}\
          BLOCK: /( +[^\\n]*)?\\n/\n\
          free: FREE\n\
          FREE: /(?s:.*)/ & ~/(?s:(.*\\n)?({openers}).*)/\n",
         calls = alternatives.join(" | "),
+        repeat = if must_call { "+" } else { "*" },
         openers = openers.join("|"),
     ))
 }

@@ -4,7 +4,7 @@ use super::*;
 
 fn text_grammar() -> String {
     let specs = ToolSpecs::builtin().unwrap();
-    reply_grammar(ToolFormat::Text, &[], &specs).unwrap()
+    reply_grammar(ToolFormat::Text, &[], &specs, false).unwrap()
 }
 
 #[test]
@@ -31,7 +31,7 @@ fn a_text_call_with_unknown_arguments_or_no_close_cannot_be_sampled() {
 fn the_native_grammar_offers_the_requests_tools() {
     let specs = ToolSpecs::builtin().unwrap();
     let tools = specs.definitions();
-    let g = reply_grammar(ToolFormat::Native, &tools, &specs).unwrap();
+    let g = reply_grammar(ToolFormat::Native, &tools, &specs, false).unwrap();
     assert!(accepts(&g, "<tool_call>\n{\"name\": \"bash\", \"arguments\": {\"cmd\": \"ls\"}}\n</tool_call>"));
     assert!(!accepts(&g, "<tool_call>\n{\"name\": \"python\", \"arguments\": {\"code\": \"1\"}}\n</tool_call>"));
 }
@@ -39,7 +39,7 @@ fn the_native_grammar_offers_the_requests_tools() {
 #[test]
 fn a_discriminated_tool_needs_what_its_action_requires() {
     let specs = ToolSpecs::builtin().unwrap();
-    let g = reply_grammar(ToolFormat::Native, &specs.definitions(), &specs).unwrap();
+    let g = reply_grammar(ToolFormat::Native, &specs.definitions(), &specs, false).unwrap();
     let call = |args: &str| format!("<tool_call>\n{{\"name\": \"todo\", \"arguments\": {args}}}\n</tool_call>");
     assert!(accepts(&g, &call("{\"action\": \"add\", \"text\": \"write tests\"}")));
     assert!(!accepts(&g, &call("{\"action\": \"add\", \"id\": 0}")), "`add` needs its text");
@@ -57,10 +57,46 @@ fn plan_mode_keeps_the_grammar_to_the_offered_actions() {
             t.parameters["properties"]["action"]["enum"] = serde_json::json!(["read", "metadata"]);
         }
     }
-    let g = reply_grammar(ToolFormat::Native, &tools, &specs).unwrap();
+    let g = reply_grammar(ToolFormat::Native, &tools, &specs, false).unwrap();
     let write = "<tool_call>\n{\"name\": \"file\", \"arguments\": {\"action\": \"write\", \"path\": \"a\", \"content\": \"x\"}}\n</tool_call>";
     assert!(!accepts(&g, write));
     let read =
         "<tool_call>\n{\"name\": \"file\", \"arguments\": {\"action\": \"read\", \"path\": \"a\"}}\n</tool_call>";
     assert!(accepts(&g, read));
+}
+
+#[test]
+fn the_agents_reply_makes_one_call_and_a_headless_reply_must_make_it() {
+    let specs = ToolSpecs::builtin().unwrap();
+    let tools = specs.definitions();
+    let call = "<tool_call>\n{\"name\": \"bash\", \"arguments\": {\"cmd\": \"ls\"}}\n</tool_call>";
+    let block = "```json\n{\"name\": \"bash\", \"arguments\": {\"cmd\": \"ls\"}}\n```";
+    let interactive = reply_grammar(ToolFormat::Native, &tools, &specs, false).unwrap();
+    let headless = reply_grammar(ToolFormat::Native, &tools, &specs, true).unwrap();
+    for g in [&interactive, &headless] {
+        assert!(accepts(g, &format!("Let me look.\n{call}")));
+        assert!(accepts(g, &format!("First:\n{block}\n")));
+        // The same call again (what the 1.5B wrote when text after a call was refused).
+        assert!(!accepts(g, &format!("{call}\n{call}")), "one call a reply");
+        assert!(!accepts(g, &format!("{block}\n{block}")), "one call a reply");
+    }
+    assert!(accepts(&interactive, "Done: the tests pass."), "an interactive answer is prose");
+    assert!(!accepts(&headless, "Done: the tests pass."), "a headless reply must act");
+    assert!(!accepts(&headless, "<parse_error>the 'cmd' field is missing</parse_error>"));
+    // Where the reply cannot end, it cannot stall on blank lines either (the 1.5B wrote
+    // 300 tokens of them); indented code before the call still fits.
+    let blank = "\n".repeat(40);
+    assert!(!accepts(&headless, &format!("All done.{blank}{call}")));
+    assert!(accepts(&interactive, &format!("All done.{blank}{call}")), "an interactive reply is free text");
+    let code = format!("Like this:\n```python\n{}return x\n```\n\n{call}", " ".repeat(20));
+    assert!(accepts(&headless, &code));
+    assert!(accepts(&headless, &format!("First:\n\n\n{block}")));
+    // A block's closing fence is on a line of its own, where the loop looks for it.
+    let glued = "```json\n{\"name\": \"bash\", \"arguments\": {\"cmd\": \"ls\"}}```";
+    assert!(!accepts(&headless, glued));
+    assert!(accepts(&headless, "```json\n{\"name\": \"bash\", \"arguments\": {\"cmd\": \"ls\"}}\n  ```"));
+    // The text format: a call is required too, text around it stays free.
+    let text = reply_grammar(ToolFormat::Text, &[], &specs, true).unwrap();
+    assert!(!accepts(&text, "Just prose."));
+    assert!(accepts(&text, "I look first.\n<bash>\ncmd: ls\n</bash>\n"));
 }

@@ -1,7 +1,7 @@
 //! The grammars checked by llguidance itself over a one-byte-per-token vocabulary: what
 //! they accept and refuse, byte by byte, as a sampler would see it.
 
-use agent_llm::grammar::{json_value, native_calls, CallChoice, Openers};
+use agent_llm::grammar::{json_value, native_calls, CallChoice, Calls, Openers};
 use agent_llm::ToolDefinition;
 use agent_test_support::grammar_accepts as accepts;
 use serde_json::json;
@@ -36,7 +36,7 @@ const CALL: &str = "<tool_call>\n{\"name\": \"bash\", \"arguments\": {\"cmd\": \
 
 #[test]
 fn free_text_and_well_formed_calls_are_allowed() {
-    let g = native_calls(&tools(), &CallChoice::Optional, Openers::Tagged).unwrap();
+    let g = native_calls(&tools(), &CallChoice::Optional, Openers::Tagged, Calls::Many).unwrap();
     assert!(accepts(&g, ""));
     assert!(accepts(&g, "Just an answer, with {braces} and <tags>."));
     assert!(accepts(&g, CALL));
@@ -55,7 +55,7 @@ fn free_text_and_well_formed_calls_are_allowed() {
 
 #[test]
 fn a_call_that_would_not_parse_cannot_be_sampled() {
-    let g = native_calls(&tools(), &CallChoice::Optional, Openers::Tagged).unwrap();
+    let g = native_calls(&tools(), &CallChoice::Optional, Openers::Tagged, Calls::Many).unwrap();
     let refused = [
         // A tool that was not offered.
         "<tool_call>\n{\"name\": \"python\", \"arguments\": {\"code\": \"1\"}}\n</tool_call>",
@@ -77,15 +77,15 @@ fn a_call_that_would_not_parse_cannot_be_sampled() {
 
 #[test]
 fn required_and_named_choices_demand_a_call() {
-    let required = native_calls(&tools(), &CallChoice::Required, Openers::Tagged).unwrap();
+    let required = native_calls(&tools(), &CallChoice::Required, Openers::Tagged, Calls::Many).unwrap();
     assert!(!accepts(&required, "No call at all."));
     assert!(accepts(&required, &format!("{CALL}\n{CALL}")));
     assert!(!accepts(&required, &format!("Thinking first.\n{CALL}")), "the call comes first");
-    let named = native_calls(&tools(), &CallChoice::Named("finish".into()), Openers::Tagged).unwrap();
+    let named = native_calls(&tools(), &CallChoice::Named("finish".into()), Openers::Tagged, Calls::Many).unwrap();
     assert!(!accepts(&named, CALL), "a call of another tool than the named one");
     assert!(accepts(&named, "<tool_call>\n{\"name\": \"finish\", \"arguments\": {\"message\": \"ok\"}}\n</tool_call>"));
-    assert_eq!(native_calls(&tools(), &CallChoice::Named("nope".into()), Openers::Tagged), None);
-    assert_eq!(native_calls(&[], &CallChoice::Optional, Openers::Tagged), None);
+    assert_eq!(native_calls(&tools(), &CallChoice::Named("nope".into()), Openers::Tagged, Calls::Many), None);
+    assert_eq!(native_calls(&[], &CallChoice::Optional, Openers::Tagged, Calls::Many), None);
 }
 
 #[test]
@@ -112,7 +112,7 @@ fn odd_schemas_still_compile() {
         ToolDefinition { name: "ping".into(), description: String::new(), parameters: json!({}) },
         ToolDefinition { name: "any".into(), description: String::new(), parameters: json!(true) },
     ];
-    let g = native_calls(&odd, &CallChoice::Optional, Openers::Tagged).unwrap();
+    let g = native_calls(&odd, &CallChoice::Optional, Openers::Tagged, Calls::Many).unwrap();
     assert!(accepts(&g, "<tool_call>\n{\"name\": \"ping\", \"arguments\": {}}\n</tool_call>"));
     assert!(accepts(&g, "<tool_call>\n{\"name\": \"fetch\", \"arguments\": {\"url\": \"http://x\"}}\n</tool_call>"));
 }
@@ -124,13 +124,13 @@ fn tool_names_that_look_like_grammar_are_data() {
         description: String::new(),
         parameters: json!({"type": "object", "properties": {}}),
     }];
-    let g = native_calls(&tools, &CallChoice::Optional, Openers::Tagged).unwrap();
+    let g = native_calls(&tools, &CallChoice::Optional, Openers::Tagged, Calls::Many).unwrap();
     assert!(accepts(&g, "<tool_call>\n{\"name\": \"a\\\"b/c\\\\d\", \"arguments\": {}}\n</tool_call>"));
 }
 
 #[test]
 fn pretty_printed_json_is_a_call_too() {
-    let g = native_calls(&tools(), &CallChoice::Optional, Openers::Tagged).unwrap();
+    let g = native_calls(&tools(), &CallChoice::Optional, Openers::Tagged, Calls::Many).unwrap();
     let pretty = "<tool_call>\n{\n  \"name\": \"bash\",\n  \"arguments\": {\n    \"cmd\": \"ls\"\n  }\n}\n</tool_call>";
     assert!(accepts(&g, pretty));
     assert!(accepts(&g, "<tool_call>{\"name\":\"bash\",\"arguments\":{\"cmd\":\"ls\"}}</tool_call>"));
@@ -144,7 +144,7 @@ fn pretty_printed_json_is_a_call_too() {
 
 #[test]
 fn loose_openers_hold_fenced_and_bare_calls_to_the_same_rules() {
-    let g = native_calls(&tools(), &CallChoice::Optional, Openers::Loose).unwrap();
+    let g = native_calls(&tools(), &CallChoice::Optional, Openers::Loose, Calls::Many).unwrap();
     // What the 0.5B writes: a ```json block, pretty-printed, with keys the tool lacks.
     let fenced = "```json\n{\n  \"name\": \"bash\",\n  \"arguments\": {\n    \"cmd\": \"python calc.py\"\n  }\n}\n```";
     assert!(accepts(&g, fenced));
@@ -160,6 +160,6 @@ fn loose_openers_hold_fenced_and_bare_calls_to_the_same_rules() {
     assert!(accepts(&g, "Run this:\n```bash\nls {a,b}\n```\nand see {x}."));
     assert!(accepts(&g, CALL));
     // Served replies keep a client's JSON blocks free.
-    let tagged = native_calls(&tools(), &CallChoice::Optional, Openers::Tagged).unwrap();
+    let tagged = native_calls(&tools(), &CallChoice::Optional, Openers::Tagged, Calls::Many).unwrap();
     assert!(accepts(&tagged, "```json\n{\"name\": \"python\"}\n```"));
 }

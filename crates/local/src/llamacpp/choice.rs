@@ -116,10 +116,7 @@ impl TokenChooser for ServeChooser {
         // The grammar shapes the draw; the reported log-probabilities stay the model's own.
         let id = match self.constraint.take() {
             Some(mut constraint) => {
-                let mut allowed = logits.to_vec();
-                constraint.mask(&mut allowed);
-                let id = self.sample(&allowed);
-                constraint.accept(id);
+                let (id, ()) = constraint.draw(logits, |allowed| (self.sample(allowed), ()));
                 self.constraint = Some(constraint);
                 id
             }

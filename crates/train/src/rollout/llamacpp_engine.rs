@@ -98,11 +98,7 @@ impl TokenChooser for Chooser {
     fn choose(&mut self, logits: &[f32]) -> (u32, f32) {
         match self.constraint.as_mut() {
             Some(constraint) => {
-                let mut allowed = logits.to_vec();
-                constraint.mask(&mut allowed);
-                let (id, logp) = sample_slice(&allowed, self.temperature, self.top_p, &mut self.rng);
-                constraint.accept(id);
-                (id, logp)
+                constraint.draw(logits, |allowed| sample_slice(allowed, self.temperature, self.top_p, &mut self.rng))
             }
             None => sample_slice(logits, self.temperature, self.top_p, &mut self.rng),
         }

@@ -233,7 +233,10 @@ fn the_llama_cpp_rollout_engine_samples_base_plus_adapter_and_shares_prompts() {
             .submit(GenerateRequest {
                 session: 20,
                 prompt: prompt.clone(),
-                max_new_tokens: 40,
+                // Room for the longest JSON the grammar allows: 24 characters of string
+                // and up to 24 of whitespace at each of its five gaps (a perturbed model at
+                // temperature 1 may pad; CI's CPU drew 23 spaces where this one drew none).
+                max_new_tokens: 200,
                 temperature: 1.0,
                 top_p: 1.0,
                 seed: 5,

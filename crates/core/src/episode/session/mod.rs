@@ -573,8 +573,13 @@ impl Session {
         } else {
             self.tools.clone()
         };
-        let grammar =
-            if self.cfg.constrain_calls { reply_grammar(self.cfg.tool_format, &tools, &self.specs) } else { None };
+        // A headless run asks again after a reply without a call; the grammar spares it the turn.
+        let must_call = self.cfg.end_after_first_task;
+        let grammar = if self.cfg.constrain_calls {
+            reply_grammar(self.cfg.tool_format, &tools, &self.specs, must_call)
+        } else {
+            None
+        };
         ChatRequest {
             messages,
             sampling: SamplingParams {
