@@ -14,6 +14,8 @@
 
 use std::mem;
 
+use agent_core::tools::ObjectScan;
+
 /// The built-in tools, whose tags open text-format calls.
 const BUILTIN_TOOLS: &[&str] = &["bash", "file", "search", "todo", "scratchpad", "finish"];
 const TOOL_CALL_OPEN: &str = "<tool_call>";
@@ -80,44 +82,6 @@ enum Closer {
     Fence { ch: char, len: usize },
     /// The brace that balances the call object's first one.
     Object(ObjectScan),
-}
-
-/// Where a JSON object being streamed stands: how deep in braces and brackets, and
-/// whether inside a string (where braces do not count).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-struct ObjectScan {
-    depth: u32,
-    in_string: bool,
-    escaped: bool,
-}
-
-impl ObjectScan {
-    /// Reads `s`: the length read through the object's last brace, when it ends in `s`.
-    fn feed(&mut self, s: &str) -> Option<usize> {
-        for (i, b) in s.bytes().enumerate() {
-            if self.in_string {
-                match b {
-                    _ if self.escaped => self.escaped = false,
-                    b'\\' => self.escaped = true,
-                    b'"' => self.in_string = false,
-                    _ => {}
-                }
-                continue;
-            }
-            match b {
-                b'"' => self.in_string = true,
-                b'{' | b'[' => self.depth += 1,
-                b'}' | b']' => {
-                    self.depth = self.depth.saturating_sub(1);
-                    if self.depth == 0 {
-                        return Some(i + 1);
-                    }
-                }
-                _ => {}
-            }
-        }
-        None
-    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Default)]

@@ -190,30 +190,47 @@ fn line_start_objects(text: &str) -> Vec<&str> {
 /// The index just after the `}` that closes the object opening at `start`, skipping
 /// braces inside JSON strings; `None` when it never closes.
 fn object_end(text: &str, start: usize) -> Option<usize> {
-    let (mut depth, mut in_string, mut escaped) = (0usize, false, false);
-    for (i, b) in text.as_bytes()[start..].iter().enumerate() {
-        if in_string {
+    ObjectScan::default().feed(&text[start..]).map(|n| start + n)
+}
+
+/// A JSON call object read as it streams: how deep in braces, and whether inside a string
+/// (where braces do not count). The loop and the UI end a bare call object at the same
+/// brace through it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct ObjectScan {
+    depth: usize,
+    in_string: bool,
+    escaped: bool,
+}
+
+impl ObjectScan {
+    /// Reads `s`: the length read through the brace that closes the object, when it
+    /// closes in `s`.
+    pub fn feed(&mut self, s: &str) -> Option<usize> {
+        for (i, b) in s.bytes().enumerate() {
+            if self.in_string {
+                match b {
+                    _ if self.escaped => self.escaped = false,
+                    b'\\' => self.escaped = true,
+                    b'"' => self.in_string = false,
+                    _ => {}
+                }
+                continue;
+            }
             match b {
-                _ if escaped => escaped = false,
-                b'\\' => escaped = true,
-                b'"' => in_string = false,
+                b'"' => self.in_string = true,
+                b'{' => self.depth += 1,
+                b'}' => {
+                    self.depth = self.depth.saturating_sub(1);
+                    if self.depth == 0 {
+                        return Some(i + 1);
+                    }
+                }
                 _ => {}
             }
-            continue;
         }
-        match b {
-            b'"' => in_string = true,
-            b'{' => depth += 1,
-            b'}' => {
-                depth -= 1;
-                if depth == 0 {
-                    return Some(start + i + 1);
-                }
-            }
-            _ => {}
-        }
+        None
     }
-    None
 }
 
 /// Whether a call object names a tool and holds only a call's keys: `name`,
