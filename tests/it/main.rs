@@ -14,6 +14,7 @@ mod cli_run;
 mod constrained;
 mod dind;
 mod engines;
+mod harbor_conformance;
 mod harbor_corpus;
 mod installed;
 mod judge;

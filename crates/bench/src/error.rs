@@ -159,4 +159,11 @@ pub enum VerifyError {
     /// Copying the tests in or running them in the container failed.
     #[error(transparent)]
     Sandbox(#[from] SandboxError),
+    /// The previous step's tests and reward could not be removed before a step's tests
+    /// (its reward would otherwise count again).
+    #[error("cannot clear {TEST_DIRS} before step `{step}`'s tests (exit {code:?}): {output}")]
+    ClearStep { step: String, code: Option<i64>, output: String },
 }
+
+/// What [`VerifyError::ClearStep`] clears.
+const TEST_DIRS: &str = "/tests and /logs/verifier";

@@ -32,7 +32,7 @@ pub use env::EnvSettings;
 pub use error::{BenchError, EnvError, ImageError, TaskError, VerifyError};
 pub use hostenv::HostEnv;
 pub use images::{standin_table, EngineImages, ImageCache};
-pub use results::{FailureMode, ResultsFile, TrialRecord};
+pub use results::{FailureMode, ResultsFile, StepRecord, TrialRecord};
 pub use run::{run_bench, schedule, BenchOptions, RunSchedule};
 pub use task::{discover, BenchTask, Layout, TaskEntry};
 pub use trial::{run_trial_with, TrialContext};

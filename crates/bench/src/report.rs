@@ -268,6 +268,7 @@ mod tests {
             notices: Vec::new(),
             engine: None,
             lost_on: Vec::new(),
+            steps: None,
         };
         let trials = vec![trial("a", true), trial("b", false)];
         let stats = crate::stats::summarise(&trials);

@@ -122,6 +122,40 @@ pub struct TrialRecord {
     /// Engines an earlier try of this trial was lost on, in order (then retried).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub lost_on: Vec<String>,
+    /// A multi-step task's steps that ran, in order, each with its own reward (`score` is
+    /// the task's, formed from them); absent for a single-step task.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub steps: Option<Vec<StepRecord>>,
+}
+
+/// One step of a multi-step trial.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct StepRecord {
+    /// The step's name (`[[steps]] name`); its logs are in the trial's `steps/NAME/`.
+    pub name: String,
+    /// What the step's tests wrote: `reward.txt`, else `reward.json`'s `reward` (or the
+    /// mean of its named rewards); absent when they wrote none or did not run.
+    #[serde(default)]
+    pub reward: Option<f64>,
+    /// The named rewards behind `reward` (`reward.txt` counts as `reward`), which a step's
+    /// `min_reward` is checked against.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub rewards: BTreeMap<String, f64>,
+    /// Why the step did not end normally (`unset`: it did; its tests decide).
+    #[serde(default)]
+    pub failure_mode: FailureMode,
+    /// What went wrong in this step, readable; empty for a normal step.
+    #[serde(default)]
+    pub reason: String,
+    /// How the agent's part of the step ended, in words.
+    #[serde(default)]
+    pub agent_ended: String,
+    /// Seconds the agent's part of the step took.
+    #[serde(default)]
+    pub agent_secs: f64,
+    /// Seconds the step's tests took (clearing `/tests` and copying them in included).
+    #[serde(default)]
+    pub tests_secs: f64,
 }
 
 /// The parameters of a run, kept so that `--resume` continues the same run.
@@ -257,6 +291,7 @@ mod tests {
             notices: Vec::new(),
             engine: None,
             lost_on: Vec::new(),
+            steps: None,
         };
         save_trial(d.path(), &rec).unwrap();
         assert_eq!(load_trial(d.path(), "t", 0).unwrap(), rec);
@@ -269,6 +304,21 @@ mod tests {
             0,
             "a result without the count"
         );
+        assert!(!text.contains("\"steps\""), "a single-step trial has no steps: {text}");
+        let mut multi = rec.clone();
+        multi.steps = Some(vec![
+            StepRecord { name: "one".into(), reward: Some(1.0), ..Default::default() },
+            StepRecord {
+                name: "two".into(),
+                reward: Some(0.5),
+                rewards: BTreeMap::from([("a".into(), 0.0), ("b".into(), 1.0)]),
+                ..Default::default()
+            },
+        ]);
+        save_trial(d.path(), &multi).unwrap();
+        assert_eq!(load_trial(d.path(), "t", 0).unwrap(), multi);
+        let text = std::fs::read_to_string(d.path().join("t/attempt-0/result.json")).unwrap();
+        assert!(text.contains("\"name\": \"two\"") && text.contains("\"reward\": 0.5"), "{text}");
         let e = load_manifest(d.path()).unwrap_err().to_string();
         assert!(e.contains("run.json") && e.contains("--resume"), "{e}");
     }

@@ -172,6 +172,7 @@ mod tests {
             notices: Vec::new(),
             engine: None,
             lost_on: Vec::new(),
+            steps: None,
         }
     }
 

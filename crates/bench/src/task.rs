@@ -1,8 +1,10 @@
 //! Loading Terminal-Bench tasks in both layouts: TB1 (`task.yaml`, `Dockerfile` or
 //! `docker-compose.yaml`, `run-tests.sh`, `tests/`, `solution.sh|yaml`) and TB2/Harbor
-//! (`task.toml`, `instruction.md`, `environment/`, `tests/test.sh`, `solution/solve.sh`).
+//! (`task.toml`, `instruction.md`, `environment/`, `tests/test.sh`, `solution/solve.sh`,
+//! or Harbor's `[[steps]]` with a `steps/NAME/` folder each: `task/steps.rs`).
 
 mod confine;
+mod steps;
 mod tb2;
 
 use std::collections::BTreeMap;
@@ -14,6 +16,7 @@ use serde::Deserialize;
 use super::compose::{Compose, ComposePaths, Dialect, ImageSource, Service};
 use super::error::TaskError;
 use super::solution::Solution;
+pub use steps::{MinReward, StepReward, TaskStep};
 use tb2::Tb2Toml;
 pub use tb2::{McpServer, TaskEnv};
 
@@ -32,6 +35,8 @@ pub struct BenchTask {
     pub name: String,
     pub dir: PathBuf,
     pub layout: Layout,
+    /// What the agent is asked to do (a multi-step task's first step's instruction; each
+    /// step's is in `steps`).
     pub instruction: String,
     pub difficulty: Option<String>,
     pub category: Option<String>,
@@ -43,6 +48,9 @@ pub struct BenchTask {
     pub solution: Solution,
     /// The `tests/` directory copied into `/tests` after the agent.
     pub tests_dir: PathBuf,
+    /// Folders copied into `/tests` over `tests_dir`, in order (a step's own `tests/`
+    /// over the task's, in a [`BenchTask::step_view`]); empty otherwise.
+    pub tests_overlays: Vec<PathBuf>,
     /// The script that runs the tests (`run-tests.sh`, or `tests/test.sh` for TB2).
     pub test_script: PathBuf,
     /// Weights of individual tests (`tests/test_weights.json` or `test_weights.json`).
@@ -62,6 +70,11 @@ pub struct BenchTask {
     /// Where the harness does not do what the task asks, one line each (said once per
     /// task and recorded with every trial).
     pub notices: Vec<String>,
+    /// Harbor's `[[steps]]`, in order: each step's instruction is given in turn in the
+    /// same environment and scored by its own tests. Empty for a single-step task.
+    pub steps: Vec<TaskStep>,
+    /// How a multi-step task's reward is formed from its steps'.
+    pub step_reward: StepReward,
 }
 
 /// A task found on disk, loaded or not: a malformed task becomes a failed trial,
@@ -192,7 +205,7 @@ impl BenchTask {
         } else {
             single_service(dir, &dir.join("Dockerfile"), Dialect::Tb1)
         };
-        check_builds(&environment)?;
+        check_builds(&environment, Layout::Tb1)?;
         let solution = if dir.join("solution.sh").is_file() {
             Solution::Script(dir.join("solution.sh"))
         } else if dir.join("solution.yaml").is_file() {
@@ -223,11 +236,14 @@ impl BenchTask {
             test_weights: load_weights(&[tests_dir.join("test_weights.json"), dir.join("test_weights.json")])?,
             build_timeout: None,
             tests_dir,
+            tests_overlays: Vec::new(),
             test_script,
             internet: true,
             env: TaskEnv::default(),
             mcp_servers: Vec::new(),
             run_tests_in_same_shell: parsed.run_tests_in_same_shell,
+            steps: Vec::new(),
+            step_reward: StepReward::default(),
         })
     }
 
@@ -240,14 +256,6 @@ impl BenchTask {
             path: shown.clone(),
             reason: e.to_string().lines().collect::<Vec<_>>().join(" "),
         })?;
-        let instr_path = dir.join("instruction.md");
-        let instruction =
-            std::fs::read_to_string(&instr_path).ok().filter(|s| !s.trim().is_empty()).ok_or_else(|| {
-                TaskError::MissingFile {
-                    path: instr_path.display().to_string(),
-                    hint: "a TB2 task needs a non-empty instruction.md".into(),
-                }
-            })?;
         let positive = |field: &str, v: Option<f64>, default: f64| -> Result<Duration, TaskError> {
             let v = v.unwrap_or(default);
             if v.is_finite() && v > 0.0 {
@@ -263,12 +271,28 @@ impl BenchTask {
         // `[environment.env]` feeds the compose file's variables, as under Harbor.
         let (env, mut notices) = parsed.env(&shown)?;
         let environment = if compose_path.is_file() {
-            let paths = ComposePaths { dir: &env_dir, root: dir };
-            Compose::load_with_env(&compose_path, paths, Dialect::Harbor, &env.agent)?
+            // The task's file is an overlay on Harbor's base, which builds `main`.
+            Compose::load_harbor(&compose_path, ComposePaths { dir: &env_dir, root: dir }, &env.agent)?
         } else {
             single_service(&env_dir, &env_dir.join("Dockerfile"), Dialect::Harbor)
         };
-        check_builds(&environment)?;
+        check_builds(&environment, Layout::Tb2)?;
+        let defaults = steps::TaskDefaults { agent_timeout, test_timeout, verifier_env: &env.verifier };
+        let (steps, step_reward) = steps::load_steps(dir, &shown, &parsed, defaults, &mut notices)?;
+        // A multi-step task's own instruction.md, when it has one, is never given to the
+        // agent (Harbor's rule): each step's is.
+        let instruction = match steps.first() {
+            Some(first) => first.instruction.clone(),
+            None => {
+                let instr_path = dir.join("instruction.md");
+                std::fs::read_to_string(&instr_path).ok().filter(|s| !s.trim().is_empty()).ok_or_else(|| {
+                    TaskError::MissingFile {
+                        path: instr_path.display().to_string(),
+                        hint: "a TB2 task needs a non-empty instruction.md (or `[[steps]]` with one per step)".into(),
+                    }
+                })?
+            }
+        };
         let (internet, network_notice) = parsed.internet(&shown)?;
         let build_timeout = parsed.build_timeout(&shown)?;
         notices.splice(0..0, environment.notices.iter().cloned());
@@ -277,7 +301,8 @@ impl BenchTask {
         let solve = dir.join("solution").join("solve.sh");
         let tests_dir = dir.join("tests");
         let test_script = tests_dir.join("test.sh");
-        if !test_script.is_file() {
+        // Each step checked its own test script (its folder's or this one).
+        if steps.is_empty() && !test_script.is_file() {
             return Err(TaskError::MissingFile {
                 path: test_script.display().to_string(),
                 hint: "a TB2 task needs tests/test.sh (it writes /logs/verifier/reward.txt)".into(),
@@ -297,12 +322,15 @@ impl BenchTask {
             test_weights: load_weights(&[tests_dir.join("test_weights.json")])?,
             build_timeout,
             tests_dir,
+            tests_overlays: Vec::new(),
             test_script,
             internet,
             env,
             mcp_servers: parsed.environment.mcp_servers,
             run_tests_in_same_shell: false,
             notices,
+            steps,
+            step_reward,
         })
     }
 }
@@ -320,16 +348,20 @@ fn single_service(context: &Path, dockerfile: &Path, dialect: Dialect) -> Compos
     }
 }
 
-fn check_builds(env: &Compose) -> Result<(), TaskError> {
+fn check_builds(env: &Compose, layout: Layout) -> Result<(), TaskError> {
     for s in &env.services {
         if let ImageSource::Build { dockerfile, .. } = &s.image {
             if !dockerfile.is_file() {
+                let hint = match layout {
+                    Layout::Tb1 => "a TB1 task needs a Dockerfile or docker-compose.yaml",
+                    // Harbor's base compose file builds `main` even when the task's names an image.
+                    Layout::Tb2 => {
+                        "Harbor builds `main` from environment/Dockerfile, also under a task's docker-compose.yaml"
+                    }
+                };
                 return Err(TaskError::MissingFile {
                     path: dockerfile.display().to_string(),
-                    hint: format!(
-                        "the `{}` service's Dockerfile (a TB1 task needs a Dockerfile or docker-compose.yaml)",
-                        s.name
-                    ),
+                    hint: format!("the `{}` service's Dockerfile ({hint})", s.name),
                 });
             }
         }
@@ -445,6 +477,29 @@ mod tests {
         assert_eq!(t.notices[0], "compose: ignoring services.main.restart");
         assert!(t.notices[1].contains("does not support MCP"), "{:?}", t.notices);
         assert!(!t.run_tests_in_same_shell);
+    }
+
+    #[test]
+    fn a_tb2_compose_file_that_only_adds_a_sidecar_loads() {
+        let d = tempfile::tempdir().unwrap();
+        write(d.path(), "task.toml", "[environment.env]\nGREETING = \"hello\"\n");
+        write(d.path(), "instruction.md", "Do it.\n");
+        write(d.path(), "environment/Dockerfile", "FROM x\n");
+        write(
+            d.path(),
+            "environment/docker-compose.yaml",
+            "services:\n  main:\n    depends_on: [web]\n    environment:\n      - MSG=${GREETING:-bye}\n  web:\n    image: y\n",
+        );
+        write(d.path(), "tests/test.sh", "true\n");
+        let t = BenchTask::load(d.path()).unwrap();
+        let main = t.environment.client().unwrap();
+        assert!(matches!(&main.image, ImageSource::Build { dockerfile, .. } if dockerfile.ends_with("Dockerfile")));
+        assert_eq!(main.environment, ["MSG=hello"]);
+        assert_eq!(t.environment.services.len(), 2);
+        // Harbor builds `main` from environment/Dockerfile, also when the file names an image.
+        std::fs::remove_file(d.path().join("environment/Dockerfile")).unwrap();
+        let e = BenchTask::load(d.path()).unwrap_err().to_string();
+        assert!(e.contains("environment/./Dockerfile: missing") && e.contains("Harbor builds `main`"), "{e}");
     }
 
     #[test]

@@ -1,5 +1,8 @@
 //! One trial: build/start the environment, run the agent under the agent timeout,
-//! copy the tests in, run them under the test timeout, parse, tear down.
+//! copy the tests in, run them under the test timeout, parse, tear down. A multi-step
+//! task runs its steps in the one environment instead (`trial/steps.rs`).
+
+mod steps;
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -73,6 +76,7 @@ pub async fn run_trial_with(
         notices: Vec::new(),
         engine: None,
         lost_on: Vec::new(),
+        steps: None,
     };
     if let Err(e) = std::fs::create_dir_all(&dir) {
         return fail(
@@ -171,6 +175,18 @@ async fn run_placed(
         env.teardown().await;
         return fail(rec, FailureMode::EnvBuildFailed, "the environment has no agent container".into(), started);
     };
+
+    if !task.steps.is_empty() {
+        let ran = guarded(&ctx.pool, placement, steps::run_steps(ctx, model, task, &sandbox, dir, &episode, &mut rec));
+        if let Err(why) = ran.await {
+            give_up(&mut env).await;
+            return lost(rec, why);
+        }
+        let t = Instant::now();
+        env.teardown().await;
+        rec.timings.teardown_secs = t.elapsed().as_secs_f64();
+        return rec;
+    }
 
     let agent = run_agent(
         ctx.agent,

@@ -62,6 +62,9 @@ pub struct TestRun {
     pub timed_out: bool,
     /// The TB2 reward, when the layout has one.
     pub reward: Option<f64>,
+    /// The named rewards behind `reward` (`reward.txt` is `reward`; `reward.json` its
+    /// numbers); empty when there is none.
+    pub rewards: BTreeMap<String, f64>,
     pub duration: Duration,
     /// Seconds spent installing the fallback's packages (not under the test timeout).
     pub setup_secs: f64,
@@ -104,6 +107,10 @@ impl Verifier {
         agent_shell: Option<&mut Shell>,
     ) -> Result<TestRun, VerifyError> {
         copy_dir(sandbox, &task.tests_dir, TEST_DIR).await?;
+        // A step's own tests go in last, so its files win (Harbor's layering).
+        for overlay in &task.tests_overlays {
+            copy_dir(sandbox, overlay, TEST_DIR).await?;
+        }
         let mut new_session;
         let (mut runner, how) = match (task.run_tests_in_same_shell, agent_shell) {
             (false, _) => (Runner::Fresh(sandbox), ""),
@@ -169,6 +176,7 @@ impl Verifier {
                     exit_code: code,
                     timed_out,
                     reward: None,
+                    rewards: BTreeMap::new(),
                     duration: d,
                     setup_secs: 0.0,
                 })
@@ -186,6 +194,17 @@ fn first_line(s: &str) -> String {
 /// command only.
 pub(crate) fn env_prefix(vars: &BTreeMap<String, String>) -> String {
     vars.iter().map(|(k, v)| format!("{k}={} ", shell_quote(v))).collect()
+}
+
+/// Empties `/tests` and `/logs/verifier` before a step's tests, as Harbor does between
+/// steps: the previous step's files and reward must not count for this one.
+pub async fn clear_for_step(sandbox: &Sandbox, step: &str) -> Result<(), VerifyError> {
+    let cmd = format!("rm -rf {TEST_DIR} /logs/verifier && mkdir -p /logs/verifier");
+    let (output, code, _, _) = exec(sandbox, &cmd, Duration::from_secs(60)).await?;
+    if code != Some(0) {
+        return Err(VerifyError::ClearStep { step: step.to_string(), code, output: tail(&output, 300) });
+    }
+    Ok(())
 }
 
 /// Where the test commands run.
@@ -216,15 +235,30 @@ impl Runner<'_> {
     }
 }
 
-/// The reward `tests/test.sh` left: `reward.txt`, else `reward.json`.
-async fn read_reward(sandbox: &Sandbox) -> Option<f64> {
+/// The reward `tests/test.sh` left (`reward.txt`, else `reward.json`) and the named
+/// rewards behind it.
+async fn read_reward(sandbox: &Sandbox) -> (Option<f64>, BTreeMap<String, f64>) {
     if let Ok(f) = sandbox.read_file(REWARD_FILE).await {
         if let Some(r) = super::pytest::parse_reward(&String::from_utf8_lossy(&f.bytes)) {
-            return Some(r);
+            return (Some(r), BTreeMap::from([("reward".to_string(), r)]));
         }
     }
-    let f = sandbox.read_file(REWARD_JSON).await.ok()?;
-    super::pytest::parse_reward_json(&String::from_utf8_lossy(&f.bytes))
+    let Ok(f) = sandbox.read_file(REWARD_JSON).await else { return (None, BTreeMap::new()) };
+    let text = String::from_utf8_lossy(&f.bytes);
+    (super::pytest::parse_reward_json(&text), named_rewards(&text))
+}
+
+/// `reward.json`'s numbers by name (a bare number is `reward`).
+fn named_rewards(text: &str) -> BTreeMap<String, f64> {
+    match serde_json::from_str::<serde_json::Value>(text) {
+        Ok(serde_json::Value::Object(named)) => {
+            named.into_iter().filter_map(|(k, v)| v.as_f64().filter(|r| r.is_finite()).map(|r| (k, r))).collect()
+        }
+        Ok(v) => {
+            v.as_f64().filter(|r| r.is_finite()).map(|r| BTreeMap::from([("reward".into(), r)])).unwrap_or_default()
+        }
+        Err(_) => BTreeMap::new(),
+    }
 }
 
 async fn run_tb2(
@@ -235,7 +269,7 @@ async fn run_tb2(
 ) -> Result<TestRun, VerifyError> {
     let cmd = format!("mkdir -p /logs/verifier && {env}bash {TEST_DIR}/test.sh 2>&1");
     let (out, code, timed_out, d) = runner.exec(&cmd, task.test_timeout).await?;
-    let reward = read_reward(sandbox).await;
+    let (reward, rewards) = read_reward(sandbox).await;
     Ok(TestRun {
         verified_by: VerifiedBy::RewardFile,
         note: None,
@@ -243,6 +277,7 @@ async fn run_tb2(
         exit_code: code,
         timed_out,
         reward,
+        rewards,
         duration: d,
         setup_secs: 0.0,
     })
@@ -284,6 +319,7 @@ async fn run_fallback(
             exit_code: setup_code,
             timed_out: false,
             reward: None,
+            rewards: BTreeMap::new(),
             duration: started.elapsed(),
             setup_secs,
         });
@@ -301,6 +337,7 @@ async fn run_fallback(
         exit_code: code,
         timed_out,
         reward: None,
+        rewards: BTreeMap::new(),
         duration: d,
         setup_secs,
     })
@@ -395,6 +432,14 @@ mod tests {
         assert_eq!(test_files(s), ["/tests/test_outputs.py"]);
         assert_eq!(test_files("pytest ${TEST_DIR}/test_a.py\n"), ["/tests/test_a.py"]);
         assert_eq!(test_files("bash $TEST_DIR/run-uv-pytest.sh"), ["/tests/test_outputs.py"]);
+    }
+
+    #[test]
+    fn named_rewards_of_reward_json() {
+        let named = named_rewards(r#"{"a": 1, "b": 0.5, "note": "x", "c": null}"#);
+        assert_eq!(named, BTreeMap::from([("a".to_string(), 1.0), ("b".to_string(), 0.5)]));
+        assert_eq!(named_rewards("0.25"), BTreeMap::from([("reward".to_string(), 0.25)]));
+        assert!(named_rewards("not json").is_empty());
     }
 
     #[test]

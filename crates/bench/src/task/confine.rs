@@ -24,10 +24,11 @@ const TB1_FILES: &[&str] = &[
 ];
 const TB2_FILES: &[&str] =
     &["task.toml", "instruction.md", "environment/docker-compose.yaml", "environment/Dockerfile"];
-/// The folders copied into containers, with everything under them.
-const TREES: &[&str] = &["tests", "solution"];
+/// The folders copied into containers, with everything under them (a multi-step
+/// task's `steps/` holds each step's tests, solution and working files).
+const TREES: &[&str] = &["tests", "solution", "steps"];
 
-/// Refuses the task when a file it reads, or anything under `tests/` or `solution/`, is
+/// Refuses the task when a file it reads, or anything under `tests/`, `solution/` or `steps/`, is
 /// a link leading out of its folder (or nowhere, or into a loop), naming the link.
 pub(super) fn check(dir: &Path, layout: Layout) -> Result<(), TaskError> {
     let refuse = |e: agent_sandbox::TreeError| TaskError::Invalid {

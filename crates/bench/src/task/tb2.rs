@@ -1,6 +1,7 @@
 //! TB2's `task.toml` as Harbor writes it: metadata, the agent's and verifier's
 //! timeouts, the environment's network, build timeout and variables, the verifier's
-//! and solution's variables, and MCP servers.
+//! and solution's variables, MCP servers, and the steps of a multi-step task
+//! (`task/steps.rs`).
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -8,6 +9,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use super::super::error::TaskError;
+use super::steps::StepToml;
 
 /// The parts of `task.toml` a trial uses.
 #[derive(Debug, Default, Deserialize)]
@@ -22,6 +24,11 @@ pub(super) struct Tb2Toml {
     pub environment: Tb2Environment,
     #[serde(default)]
     pub solution: Tb2Section,
+    /// Harbor's `[[steps]]` (a multi-step task when not empty).
+    #[serde(default)]
+    pub steps: Vec<StepToml>,
+    /// How a multi-step task's reward is formed: `mean` (Harbor's default) or `final`.
+    pub multi_step_reward_strategy: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -118,37 +125,10 @@ impl Tb2Toml {
     /// variables (passed literally: a task gets nothing from the host's environment).
     pub fn env(&self, shown: &str) -> Result<(TaskEnv, Vec<String>), TaskError> {
         let mut notices = Vec::new();
-        let mut table = |name: &str, raw: &BTreeMap<String, toml::Value>| -> Result<_, TaskError> {
-            let mut out = BTreeMap::new();
-            for (key, value) in raw {
-                let bad = |reason: &str| TaskError::BadField {
-                    path: shown.into(),
-                    field: format!("{name}.{key}"),
-                    reason: reason.into(),
-                };
-                if !is_name(key) {
-                    return Err(bad("not a variable name (letters, digits and `_`, not starting with a digit)"));
-                }
-                let value = match value {
-                    toml::Value::String(s) => s.clone(),
-                    toml::Value::Integer(n) => n.to_string(),
-                    toml::Value::Float(f) => f.to_string(),
-                    toml::Value::Boolean(b) => b.to_string(),
-                    _ => return Err(bad("expected a string, a number or a boolean")),
-                };
-                if value.contains("${") {
-                    notices.push(format!(
-                        "{name}.{key} is passed as written: host variables like `{value}` are not substituted"
-                    ));
-                }
-                out.insert(key.clone(), value);
-            }
-            Ok(out)
-        };
         let env = TaskEnv {
-            agent: table("environment.env", &self.environment.env)?,
-            verifier: table("verifier.env", &self.verifier.env)?,
-            solution: table("solution.env", &self.solution.env)?,
+            agent: env_table(shown, "environment.env", &self.environment.env, &mut notices)?,
+            verifier: env_table(shown, "verifier.env", &self.verifier.env, &mut notices)?,
+            solution: env_table(shown, "solution.env", &self.solution.env, &mut notices)?,
         };
         Ok((env, notices))
     }
@@ -163,6 +143,41 @@ impl Tb2Toml {
             )
         })
     }
+}
+
+/// One variable table (`name` is its place in `task.toml`, for errors), checked; a
+/// notice for each value that names a host variable (passed literally: a task gets
+/// nothing from the host's environment).
+pub(super) fn env_table(
+    shown: &str,
+    name: &str,
+    raw: &BTreeMap<String, toml::Value>,
+    notices: &mut Vec<String>,
+) -> Result<BTreeMap<String, String>, TaskError> {
+    let mut out = BTreeMap::new();
+    for (key, value) in raw {
+        let bad = |reason: &str| TaskError::BadField {
+            path: shown.into(),
+            field: format!("{name}.{key}"),
+            reason: reason.into(),
+        };
+        if !is_name(key) {
+            return Err(bad("not a variable name (letters, digits and `_`, not starting with a digit)"));
+        }
+        let value = match value {
+            toml::Value::String(s) => s.clone(),
+            toml::Value::Integer(n) => n.to_string(),
+            toml::Value::Float(f) => f.to_string(),
+            toml::Value::Boolean(b) => b.to_string(),
+            _ => return Err(bad("expected a string, a number or a boolean")),
+        };
+        if value.contains("${") {
+            notices
+                .push(format!("{name}.{key} is passed as written: host variables like `{value}` are not substituted"));
+        }
+        out.insert(key.clone(), value);
+    }
+    Ok(out)
 }
 
 /// A shell variable name.
