@@ -12,7 +12,8 @@
 #   MODELS="qwen2.5-coder-1.5b" ARMS="off all" K=3 scripts/ablation-calls.sh
 #   BENCH_ARGS="--timeout-multiplier 0.4" scripts/ablation-calls.sh   # shorter trials
 #   EXTRA_CONF='[episode]\nmax_turns = 8' scripts/ablation-calls.sh  # appended to every arm's config
-#   scripts/ablation-calls.sh --table OUT_DIR                 # the table of finished arms only
+#   scripts/ablation-calls.sh --table OUT_DIR [OUT_DIR...]    # the table of finished arms only; an
+#                 arm found in several folders (its attempts run in parts, same build) is pooled
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/env.sh
@@ -50,15 +51,21 @@ if ! $table_only; then
     done
   done
 fi
-python3 - "$out" <<'PY'
+if $table_only; then dirs=("$@"); else dirs=("$out"); fi
+python3 - "${dirs[@]}" <<'PY'
 import json, math, pathlib, sys
 from collections import defaultdict
-root = pathlib.Path(sys.argv[1])
+# One arm (a `MODEL-ARM` folder) may be split over several output folders: pooled.
+arms = defaultdict(list)
+for root in sys.argv[1:]:
+    for f in sorted(pathlib.Path(root).glob("*/results.json")):
+        arms[f.parent.name].append(json.loads(f.read_text()))
 print("| model | arm | resolved (± s.e., by task) | parse errors per turn | repeated calls per turn | tokens per resolved task |")
 print("|---|---|---|---|---|---|")
-for f in sorted(root.glob("*/results.json")):
-    r = json.loads(f.read_text())
-    trials = r["trials"]
+for name in sorted(arms):
+    runs = arms[name]
+    r = runs[0]
+    trials = [t for run in runs for t in run["trials"]]
     by_task = defaultdict(list)
     for t in trials:
         by_task[t["task"]].append(1.0 if t["resolved"] else 0.0)
@@ -74,8 +81,36 @@ for f in sorted(root.glob("*/results.json")):
     tokens = sum(t["usage"]["prompt_tokens"] + t["usage"]["completion_tokens"] for t in trials)
     completion = sum(t["usage"]["completion_tokens"] for t in trials)
     per_resolved = f"{tokens // resolved:,}" if resolved else "—"
-    arm = f.parent.name.rsplit("-", 1)[1]
+    arm = name.rsplit("-", 1)[1]
     print(f"| {r.get('model')} | {arm} | {resolved}/{len(trials)} ({100 * rate:.1f}% ± {100 * se:.1f}) "
           f"| {100 * parse / max(turns, 1):.1f}% ({parse}/{turns}) | {repeats / max(turns, 1):.2f} ({repeats}) "
           f"| {per_resolved} |")
+# Each arm against `off` on the same tasks: the mean over tasks of the difference in per-task
+# resolve rates, with the standard error of that mean (tasks paired, so the spread between
+# tasks' difficulty cancels).
+rates = {}
+for name, runs in arms.items():
+    by_task = defaultdict(list)
+    for run in runs:
+        for t in run["trials"]:
+            by_task[t["task"]].append(1.0 if t["resolved"] else 0.0)
+    rates[name] = {task: sum(v) / len(v) for task, v in by_task.items()}
+pairs = []
+for name in sorted(rates):
+    model, arm = name.rsplit("-", 1)
+    base = rates.get(f"{model}-off")
+    if arm == "off" or base is None:
+        continue
+    common = sorted(set(base) & set(rates[name]))
+    if len(common) < 2:
+        continue
+    diffs = [rates[name][t] - base[t] for t in common]
+    mean = sum(diffs) / len(diffs)
+    se = math.sqrt(sum((d - mean) ** 2 for d in diffs) / (len(diffs) - 1) / len(diffs))
+    pairs.append(f"| {model} | {arm} − off | {100 * mean:+.1f} points ± {100 * se:.1f} | {len(common)} |")
+if pairs:
+    print()
+    print("| model | arms | resolved, difference (± s.e., paired by task) | tasks |")
+    print("|---|---|---|---|")
+    print("\n".join(pairs))
 PY

@@ -7,11 +7,11 @@
 //! scalar's quoting rules are beyond a line grammar, and the parser already reads a bad
 //! one leniently or answers with an example.
 
-use agent_llm::grammar::{lark_string, native_calls, regex_escape, CallChoice, Calls, Openers};
+use agent_llm::grammar::{lark_string, native_calls, regex_escape, CallChoice, Calls, Openers, CALL_OPEN};
 use agent_llm::ToolDefinition;
 use serde_json::Value;
 
-use super::{ToolFormat, ToolSpecs};
+use super::{parse_actions, untagged_json_calls, Action, ToolFormat, ToolSpecs};
 
 /// The grammar of one reply: `tools` are the native definitions the request offers (the
 /// native format), `specs` the tools the text format explains. An interactive turn may
@@ -38,6 +38,56 @@ pub fn reply_grammar(
 /// held to what the loop's validation accepts.
 pub fn native_reply_grammar(tools: &[ToolDefinition], specs: &ToolSpecs, choice: &CallChoice) -> Option<String> {
     native_calls(&grammar_tools(tools, specs), choice, Openers::Loose, Calls::One)
+}
+
+/// The call of a native reply sampled under [`native_reply_grammar`]: the grammar opens
+/// it at the reply's first opener (`<tool_call>`, a line-start ```` ```json ```` fence or a
+/// line-start `{`) and nothing after it may follow, so only that part is read. The text
+/// before it is prose, even where it looks like a text-format tag (`<finish>`), a code
+/// block or an attribute tag, which the lenient reading of a whole reply would take for
+/// calls (the compact prompt's 1.5B wrote such prose before its calls). `None` when that
+/// part is not one valid call: a reply cut short (by its token limit or the loop
+/// detector), where the grammar's promise does not hold and the whole reply is read.
+pub fn constrained_native_call(text: &str, specs: &ToolSpecs) -> Option<Action> {
+    let start = first_opener(text)?;
+    let call = &text[start..];
+    if call.starts_with(CALL_OPEN) {
+        let parsed = parse_actions(call, specs);
+        return match (parsed.actions.as_slice(), parsed.errors.is_empty()) {
+            ([action], true) => Some(action.clone()),
+            _ => None,
+        };
+    }
+    match untagged_json_calls(call, specs).as_slice() {
+        [Ok(action)] => Some(action.clone()),
+        _ => None,
+    }
+}
+
+/// Where the grammar's [`Openers::Loose`] open a call first: `<tool_call>` anywhere, a
+/// ```` ```json ```` fence ending its line at a line's start, or a `{` after at most
+/// eight spaces or tabs at a line's start.
+fn first_opener(text: &str) -> Option<usize> {
+    let tag = text.find(CALL_OPEN);
+    let mut line_start = 0;
+    let mut line_opener = None;
+    while line_start < text.len() && tag.is_none_or(|t| line_start < t) {
+        let line_end = text[line_start..].find('\n').map_or(text.len(), |n| line_start + n);
+        let line = &text[line_start..line_end];
+        let indent = line.len() - line.trim_start_matches([' ', '\t']).len();
+        let fence = line
+            .strip_prefix("```json")
+            .is_some_and(|rest| rest.trim_start_matches([' ', '\t']).is_empty() && line_end < text.len());
+        if fence || (indent <= 8 && line[indent..].starts_with('{')) {
+            line_opener = Some(line_start + if fence { 0 } else { indent });
+            break;
+        }
+        line_start = line_end + 1;
+    }
+    match (tag, line_opener) {
+        (Some(t), Some(l)) => Some(t.min(l)),
+        (t, l) => t.or(l),
+    }
 }
 
 /// The offered tools with the schemas the grammar holds calls to: a discriminated tool's

@@ -100,3 +100,42 @@ fn the_agents_reply_makes_one_call_and_a_headless_reply_must_make_it() {
     assert!(!accepts(&text, "Just prose."));
     assert!(accepts(&text, "I look first.\n<bash>\ncmd: ls\n</bash>\n"));
 }
+
+#[test]
+fn under_the_grammar_only_the_call_it_opened_is_read_and_the_prose_before_it_is_prose() {
+    let specs = ToolSpecs::builtin().unwrap();
+    let tools = specs.definitions();
+    let headless = reply_grammar(ToolFormat::Native, &tools, &specs, true).unwrap();
+    let interactive = reply_grammar(ToolFormat::Native, &tools, &specs, false).unwrap();
+    let tagged = "<tool_call>\n{\"name\": \"bash\", \"arguments\": {\"cmd\": \"ls /app\"}}\n</tool_call>";
+    let block = "```json\n{\"name\": \"bash\", \"arguments\": {\"cmd\": \"ls /app\"}}\n```";
+    let bare = "{\"name\": \"bash\", \"arguments\": {\"cmd\": \"ls /app\"}}";
+    // Prose a small model writes before its call, which a whole-reply reading takes for
+    // calls or broken calls: text-format tags, code blocks, attribute tags.
+    let leads = [
+        "",
+        "<finish>\n",
+        "I will call <finish> when done.\n",
+        "<bash>\ncmd: rm -rf /app\n</bash>\n",
+        "Run:\n```\nls -la\n```\n",
+        "```bash\nls\n```\n",
+        "Like <bash cmd=\"rm -rf /\" /> but safer:\n",
+        "Here is the call: ```json\n",
+        "  ```json\nnot json\n  ```\n",
+    ];
+    for lead in leads {
+        for call in [tagged, block, bare] {
+            let reply = format!("{lead}{call}");
+            assert!(accepts(&headless, &reply), "the grammar allows {reply:?}");
+            assert!(accepts(&interactive, &reply), "the grammar allows {reply:?}");
+            let action = constrained_native_call(&reply, &specs).unwrap_or_else(|| panic!("no call in {reply:?}"));
+            assert_eq!(action.tool, "bash", "{reply:?}");
+            assert_eq!(action.args["cmd"], "ls /app", "{reply:?}");
+        }
+    }
+    // The first opener is the call: a line-start `{` that is not one cannot be sampled.
+    assert!(!accepts(&headless, &format!("Data:\n{{\"a\": 1}}\n{tagged}")));
+    // A reply cut inside its call is not read here (the whole reply is, leniently).
+    assert_eq!(constrained_native_call("<tool_call>\n{\"name\": \"bash\", \"argu", &specs), None);
+    assert_eq!(constrained_native_call("Just prose.", &specs), None);
+}

@@ -9,7 +9,7 @@ mod spec;
 mod validate;
 
 pub use format::{no_native_call_error, untagged_json_calls, unwrap_observation, write_call, ObjectScan, ToolFormat};
-pub use grammar::{native_reply_grammar, reply_grammar};
+pub use grammar::{constrained_native_call, native_reply_grammar, reply_grammar};
 pub use parser::{parse_actions, parse_native_call, written_calls, ParseOutcome, MAX_ITEMS};
 pub use prompt::{render_native_tool_section, render_tool_section};
 pub use spec::{ArgSpec, ArgType, SpecError, ToolExample, ToolSpec, ToolSpecs};

@@ -83,3 +83,20 @@ async fn different_calls_get_no_note_and_count_nothing() {
     let text = serde_json::to_string(&trajectory.turns[1]).unwrap();
     assert!(!text.contains("repeated_calls"), "a turn without repeats writes no count: {text}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reply_cut_for_looping_before_its_call_is_told_so_and_is_no_parse_error() {
+    let sentence = "The script reads the file and sums the numbers that are greater than the limit given. ";
+    let replies = vec![
+        format!("Let me explain the fix first.\n{}", sentence.repeat(30)),
+        "<finish>\nmessage: explained\n</finish>".to_string(),
+    ];
+    let (reason, requests, trajectory) = run(replies).await;
+    assert_eq!(reason, EndReason::Finished);
+    let first = &trajectory.turns[0];
+    assert!(first.cut.as_deref().is_some_and(|c| c.contains("repeated")), "{:?}", first.cut);
+    assert!(first.parse_errors.is_empty(), "a cut is not a malformed call: {:?}", first.parse_errors);
+    let told = seen_before(&requests, 1);
+    assert!(told.contains("<reply_cut>") && told.contains("before it called a tool; nothing ran"), "{told}");
+    assert!(!told.contains("called no tool"), "{told}");
+}

@@ -4,8 +4,8 @@
 use super::{PlannedCall, Session};
 use crate::episode::stuck::loop_warning;
 use crate::tools::{
-    no_native_call_error, parse_actions, parse_native_call, untagged_json_calls, write_call, ActionParseError,
-    ToolFormat,
+    constrained_native_call, no_native_call_error, parse_actions, parse_native_call, untagged_json_calls, write_call,
+    ActionParseError, ToolFormat,
 };
 use agent_llm::ChatMessage;
 use agent_llm::ChatResponse;
@@ -33,6 +33,14 @@ impl Session {
                 })
                 .collect();
             return (planned, Vec::new(), false);
+        }
+        // Under the grammar the call is where the grammar opened it; the text before it is
+        // prose, whatever it looks like.
+        if native && self.cfg.constrain_calls && self.model.enforces_grammar() {
+            if let Some(action) = constrained_native_call(&response.text, &self.specs) {
+                let call = PlannedCall { call_id: Some(format!("call_{turn}_1")), action: Ok(action) };
+                return (vec![call], Vec::new(), false);
+            }
         }
         let mut parsed = parse_actions(&response.text, &self.specs);
         // A native reply without `<tool_call>` tags may still hold the call's JSON object.

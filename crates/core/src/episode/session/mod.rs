@@ -463,18 +463,32 @@ impl Session {
             record.actions = planned.iter().filter_map(|p| p.action.as_ref().ok().cloned()).collect();
             record.parse_errors = planned.iter().filter_map(|p| p.action.as_ref().err().cloned()).collect();
             record.parse_errors.extend(loose_errors.iter().cloned());
+            // A reply the loop detector cut before any call read failed by looping, not by
+            // its form (under the grammar its call was never sampled): the model is told
+            // that, and no parse error is reported; the trajectory keeps the cut.
+            let cut_before_call = record.actions.is_empty() && record.cut.is_some();
+            if cut_before_call {
+                record.parse_errors.clear();
+            }
             for err in &record.parse_errors {
                 self.emit(Event::ParseError { turn, message: err.message.clone() });
             }
             if record.actions.is_empty() {
                 self.parse_failures += 1;
                 let mut observations = Vec::new();
-                for call in &planned {
-                    if let Err(e) = &call.action {
-                        self.push_observation(call.call_id.as_deref(), e.to_observation(), &mut observations);
+                if let (true, Some(why)) = (cut_before_call, &record.cut) {
+                    observations.push(format!(
+                        "<reply_cut>\n{why}, before it called a tool; nothing ran. Reply with one \
+                         tool call and few words.\n</reply_cut>"
+                    ));
+                } else {
+                    for call in &planned {
+                        if let Err(e) = &call.action {
+                            self.push_observation(call.call_id.as_deref(), e.to_observation(), &mut observations);
+                        }
                     }
+                    observations.extend(loose_errors.iter().map(ActionParseError::to_observation));
                 }
-                observations.extend(loose_errors.iter().map(ActionParseError::to_observation));
                 self.turn_results.extend(observations.iter().cloned());
                 let verdict = self.loops.observe(&response.text, &self.turn_results);
                 if verdict == LoopVerdict::Warn {
