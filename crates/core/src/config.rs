@@ -55,8 +55,8 @@ pub struct Config {
     /// (a failing command at once, any call the third time). Unset means on.
     pub repeat_notes: Option<bool>,
     /// The system prompt and tool list: `full`, or `compact` (bash, file and finish with
-    /// one-sentence descriptions, a short prompt) for small models. Unset: compact for the
-    /// built-in models, full for any other.
+    /// one-sentence descriptions, a short prompt) for small models. Unset: full (the
+    /// compact prompt is measured in docs/benchmarks.md and not yet the default).
     pub prompt_profile: Option<PromptProfile>,
 }
 
