@@ -191,9 +191,7 @@ impl Compose {
         dialect: Dialect,
         task_env: &BTreeMap<String, String>,
     ) -> Result<Compose, TaskError> {
-        let shown = path.display().to_string();
-        let text = std::fs::read_to_string(path)
-            .map_err(|e| TaskError::Invalid { path: shown.clone(), reason: format!("cannot read: {e}") })?;
+        let (text, shown) = read_compose(path)?;
         Self::parse_with_env(&text, &shown, paths, dialect, task_env)
     }
 
@@ -222,9 +220,7 @@ impl Compose {
         paths: ComposePaths,
         task_env: &BTreeMap<String, String>,
     ) -> Result<Compose, TaskError> {
-        let shown = path.display().to_string();
-        let text = std::fs::read_to_string(path)
-            .map_err(|e| TaskError::Invalid { path: shown.clone(), reason: format!("cannot read: {e}") })?;
+        let (text, shown) = read_compose(path)?;
         Self::parse_harbor(&text, &shown, paths, task_env)
     }
 
@@ -431,6 +427,15 @@ fn start_order(services: Vec<Service>, bad: BadReason) -> Result<Vec<Service>, T
         }
     }
     Ok(ordered)
+}
+
+/// A compose file's text and its path as errors show it.
+fn read_compose(path: &Path) -> Result<(String, String), TaskError> {
+    let shown = path.display().to_string();
+    match std::fs::read_to_string(path) {
+        Ok(text) => Ok((text, shown)),
+        Err(e) => Err(TaskError::Invalid { path: shown, reason: format!("cannot read: {e}") }),
+    }
 }
 
 #[cfg(test)]
