@@ -10,7 +10,7 @@ use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use agent_sandbox::{EnginePool, Placement};
 
-use super::agents::{run_agent, AgentKind, ModelSource};
+use super::agents::{run_agent, AgentKind, AgentOutcome, ModelSource};
 use super::env::{EnvSettings, TrialEnv};
 use super::images::EngineImages;
 use super::pytest::{all_passed, parse_pytest, weighted_score};
@@ -204,14 +204,7 @@ async fn run_placed(
             return lost(rec, why);
         }
     };
-    rec.timings.agent_secs = outcome.duration.as_secs_f64();
-    rec.usage = outcome.usage;
-    rec.turns = outcome.turns;
-    rec.parse_error_turns = outcome.parse_error_turns;
-    rec.repeated_calls = outcome.repeated_calls;
-    rec.tool_format = outcome.tool_format;
-    rec.agent_ended = outcome.ended.clone();
-    rec.agent_end_reason = outcome.end_reason;
+    add_agent_outcome(&mut rec, &outcome);
     if let Some((mode, reason)) = outcome.failure {
         rec.failure_mode = mode;
         rec.reason = reason;
@@ -252,6 +245,19 @@ fn fail(mut rec: TrialRecord, mode: FailureMode, reason: String, started: Instan
     rec.reason = reason;
     rec.timings.total_secs = started.elapsed().as_secs_f64();
     rec
+}
+
+/// Adds an agent run's time, tokens, turns and counts to the trial's (a multi-step trial
+/// has one run a step) and takes its ending as the trial's.
+fn add_agent_outcome(rec: &mut TrialRecord, outcome: &AgentOutcome) {
+    rec.timings.agent_secs += outcome.duration.as_secs_f64();
+    rec.usage.add(outcome.usage);
+    rec.turns += outcome.turns;
+    rec.parse_error_turns += outcome.parse_error_turns;
+    rec.repeated_calls += outcome.repeated_calls;
+    rec.tool_format = outcome.tool_format.or(rec.tool_format);
+    rec.agent_ended = outcome.ended.clone();
+    rec.agent_end_reason = outcome.end_reason;
 }
 
 /// Sets the failure mode unless an earlier phase already set one.

@@ -16,7 +16,7 @@ use super::super::agents::{run_agent, ModelSource};
 use super::super::results::{FailureMode, StepRecord, TrialRecord};
 use super::super::task::{BenchTask, TaskStep};
 use super::super::verify::{clear_for_step, VerifiedBy};
-use super::{set_failure, TrialContext};
+use super::{add_agent_outcome, set_failure, TrialContext};
 
 /// Bytes of a step's `setup.sh` output kept in its log.
 const MAX_SETUP_OUTPUT: usize = 256 * 1024;
@@ -74,14 +74,7 @@ async fn run_step(
     let (outcome, _shell) = run_agent(ctx.agent, model, settings, &view, sandbox, &step_dir, (ids.0, &ids.1)).await;
     record.agent_secs = outcome.duration.as_secs_f64();
     record.agent_ended = outcome.ended.clone();
-    rec.usage.add(outcome.usage);
-    rec.turns += outcome.turns;
-    rec.parse_error_turns += outcome.parse_error_turns;
-    rec.repeated_calls += outcome.repeated_calls;
-    rec.tool_format = outcome.tool_format.or(rec.tool_format);
-    rec.agent_ended = outcome.ended;
-    rec.agent_end_reason = outcome.end_reason;
-    rec.timings.agent_secs += record.agent_secs;
+    add_agent_outcome(rec, &outcome);
     if let Some((mode, reason)) = outcome.failure {
         fail_step(&mut record, mode, reason);
     }

@@ -466,8 +466,8 @@ impl Session {
             // A reply the loop detector cut before any call read failed by looping, not by
             // its form (under the grammar its call was never sampled): the model is told
             // that, and no parse error is reported; the trajectory keeps the cut.
-            let cut_before_call = record.actions.is_empty() && record.cut.is_some();
-            if cut_before_call {
+            let cut_before_call = if record.actions.is_empty() { record.cut.clone() } else { None };
+            if cut_before_call.is_some() {
                 record.parse_errors.clear();
             }
             for err in &record.parse_errors {
@@ -476,7 +476,7 @@ impl Session {
             if record.actions.is_empty() {
                 self.parse_failures += 1;
                 let mut observations = Vec::new();
-                if let (true, Some(why)) = (cut_before_call, &record.cut) {
+                if let Some(why) = &cut_before_call {
                     observations.push(format!(
                         "<reply_cut>\n{why}, before it called a tool; nothing ran. Reply with one \
                          tool call and few words.\n</reply_cut>"
