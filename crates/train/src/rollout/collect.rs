@@ -184,8 +184,12 @@ impl RolloutRunner {
     }
 
     async fn one(&self, plan: RolloutPlan, dir: PathBuf) -> Rollout {
-        let session = self.sessions.fetch_add(1, Ordering::Relaxed);
-        self.one_in(session, plan, dir).await
+        let name = &self.tasks[plan.task].name;
+        once_more_if_crashed(&dir, name, plan.member, || {
+            let session = self.sessions.fetch_add(1, Ordering::Relaxed);
+            self.one_in(session, plan, dir.clone())
+        })
+        .await
     }
 
     async fn one_in(&self, session: u64, plan: RolloutPlan, dir: PathBuf) -> Rollout {
@@ -231,14 +235,41 @@ impl RolloutRunner {
     }
 }
 
+/// Runs a rollout, and once more when it crashed. A crash is the environment's (an engine
+/// lost, a build or the test harness failed) and the rollout's seed draws the same tokens
+/// again, so a second try, on whichever engine the pool gives, keeps the group whole. The
+/// crashed try's logs move to `DIR.crashed`.
+async fn once_more_if_crashed<F, Fut>(dir: &Path, task: &str, member: usize, mut run: F) -> Rollout
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Rollout>,
+{
+    let first = run().await;
+    if first.status != RolloutStatus::Crashed {
+        return first;
+    }
+    if dir.exists() {
+        let name = dir.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+        let aside = dir.with_file_name(format!("{name}.crashed"));
+        let _ = std::fs::remove_dir_all(&aside);
+        if let Err(e) = std::fs::rename(dir, &aside) {
+            tracing::warn!("{}: cannot keep the crashed rollout's logs aside ({e})", dir.display());
+        }
+    }
+    tracing::info!("{task} #{member}: the rollout crashed ({}); trying it once more", first.reason);
+    run().await
+}
+
 /// Sorts a trial into the rollout statuses (see the truncation policy in docs/train.md).
 fn classify(rec: &TrialRecord, recording: &Recording) -> (RolloutStatus, String) {
     let ended = rec.agent_ended.clone();
     match rec.failure_mode {
         // A lost engine says nothing about the policy either: the rollout leaves its group.
-        FailureMode::EnvBuildFailed | FailureMode::TestTimeout | FailureMode::ParseError | FailureMode::SandboxLost => {
-            return (RolloutStatus::Crashed, rec.reason.clone())
-        }
+        FailureMode::EnvBuildFailed
+        | FailureMode::EnvUnhealthy
+        | FailureMode::TestTimeout
+        | FailureMode::ParseError
+        | FailureMode::SandboxLost => return (RolloutStatus::Crashed, rec.reason.clone()),
         FailureMode::AgentTimeout => return (RolloutStatus::TimedOut, rec.reason.clone()),
         // A model call that failed before anything was sampled (no call at all, or a
         // prompt that already fills the context) says nothing about the policy.
@@ -256,3 +287,7 @@ fn classify(rec: &TrialRecord, recording: &Recording) -> (RolloutStatus, String)
     }
     (RolloutStatus::Complete, ended)
 }
+
+#[cfg(test)]
+#[path = "collect_tests.rs"]
+mod tests;
