@@ -64,6 +64,12 @@ async fn cpu_tiny_preset_learns_with_real_containers() {
     assert!(eval["rollouts"].as_u64().unwrap() >= 64);
     assert!((0.2..=0.7).contains(&before), "the warm start should succeed on 20–70% of rollouts, got {before}");
     assert!(after >= before + 0.25, "success rate {before} → {after}: less than 25 points of improvement");
+    // Every evaluation counts its turns and those with letters no input showed.
+    let after_eval: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("eval-after.json")).unwrap()).unwrap();
+    let counted = after_eval["rollouts"].as_u64().unwrap() - after_eval["crashed"].as_u64().unwrap();
+    assert!(after_eval["turns"].as_u64().unwrap() >= counted, "{after_eval}");
+    assert!(after_eval["foreign_letter_turns"].as_u64().unwrap() <= after_eval["turns"].as_u64().unwrap());
     let metrics = MetricsLog::read(&out.join("metrics.jsonl")).unwrap();
     assert!(!metrics.is_empty() && metrics.len() <= 30);
     assert!(metrics.iter().all(|m| m.rollouts > 0 && m.tokens > 0));

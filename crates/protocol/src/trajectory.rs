@@ -162,6 +162,11 @@ pub struct TurnRecord {
     /// with nothing changed in between (`episode::repeats`); absent when none did.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub repeated_calls: u32,
+    /// Letters of the reply (text and call arguments) that nothing the model was shown had,
+    /// distinct, in code-point order: `完整热榜` in an English shell session is a damaged
+    /// model's mark. ASCII never counts. Absent when there are none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub foreign_letters: Option<String>,
 }
 
 impl TurnRecord {
@@ -189,7 +194,8 @@ pub struct EpisodeEndRecord {
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum TrajectoryLine {
     EpisodeStart(EpisodeStart),
-    Turn(TurnRecord),
+    /// Boxed: a turn record is several times the size of the other lines.
+    Turn(Box<TurnRecord>),
     EpisodeEnd(EpisodeEndRecord),
 }
 
@@ -239,7 +245,7 @@ impl Trajectory {
     fn push(&mut self, rec: TrajectoryLine) {
         match rec {
             TrajectoryLine::EpisodeStart(s) => self.start = Some(s),
-            TrajectoryLine::Turn(t) => self.turns.push(t),
+            TrajectoryLine::Turn(t) => self.turns.push(*t),
             TrajectoryLine::EpisodeEnd(e) => self.end = Some(e),
         }
     }
@@ -247,6 +253,11 @@ impl Trajectory {
     /// Repeated calls of the episode, from its turns (so also for a file cut before its end).
     pub fn repeated_calls(&self) -> u32 {
         self.turns.iter().map(|t| t.repeated_calls).sum()
+    }
+
+    /// Turns whose reply had letters nothing shown to the model had (`foreign_letters`).
+    pub fn foreign_letter_turns(&self) -> usize {
+        self.turns.iter().filter(|t| t.foreign_letters.is_some()).count()
     }
 
     /// The task instruction: the first turn's user message.
@@ -294,6 +305,7 @@ mod tests {
             cut: Some("repeated".into()),
             token_ids_dropped: true,
             repeated_calls: 1,
+            foreign_letters: Some("ąż".into()),
         }
     }
 
@@ -316,8 +328,11 @@ mod tests {
             duration_ms: 9,
             repeated_calls: 1,
         };
-        let lines =
-            [TrajectoryLine::EpisodeStart(start), TrajectoryLine::Turn(full_turn()), TrajectoryLine::EpisodeEnd(end)];
+        let lines = [
+            TrajectoryLine::EpisodeStart(start),
+            TrajectoryLine::Turn(Box::new(full_turn())),
+            TrajectoryLine::EpisodeEnd(end),
+        ];
         let text: String = lines.iter().map(|l| serde_json::to_string(l).unwrap() + "\n").collect();
         let back = Trajectory::parse(&text).unwrap();
         assert_eq!(back.start.as_ref().unwrap().schema, 2);
@@ -325,9 +340,12 @@ mod tests {
         assert_eq!(back.end.as_ref().unwrap().reason, EndReason::Finished);
         assert_eq!(back.task(), Some("make hello.txt"));
         assert_eq!(back.turns[0].malformed_actions(), 0);
+        assert_eq!(back.foreign_letter_turns(), 1);
         assert_eq!((back.repeated_calls(), back.end.as_ref().unwrap().repeated_calls), (1, 1));
         let plain = TurnRecord { repeated_calls: 0, ..full_turn() };
         assert!(serde_json::to_value(plain).unwrap().get("repeated_calls").is_none(), "none is not written");
+        let plain = TurnRecord { foreign_letters: None, ..full_turn() };
+        assert!(serde_json::to_value(plain).unwrap().get("foreign_letters").is_none(), "none is not written");
 
         let v1 = concat!(
             r#"{"type":"episode_start","episode_id":"e","run_id":"r","model":"m","image":"i","started_at_unix_ms":1,"system_prompt":"s"}"#,
@@ -391,7 +409,7 @@ mod tests {
         });
         let cases = [
             ("`episode_start`", serde_json::to_value(start).unwrap()),
-            ("`turn`", serde_json::to_value(TrajectoryLine::Turn(turn.clone())).unwrap()),
+            ("`turn`", serde_json::to_value(TrajectoryLine::Turn(Box::new(turn.clone()))).unwrap()),
             ("parse error", serde_json::to_value(&turn.parse_errors[0]).unwrap()),
             ("observation", serde_json::to_value(&turn.observations[0]).unwrap()),
             ("`episode_end`", serde_json::to_value(end).unwrap()),

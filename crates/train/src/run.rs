@@ -435,16 +435,40 @@ async fn evaluate(
         return Err(TrainError::Other(format!("every evaluation rollout crashed (first reason: {why})")));
     }
     let rate = counted.iter().filter(|r| r.resolved).count() as f64 / counted.len() as f64;
+    let (turns, foreign) = foreign_letter_turns(runner, &counted, &out.join(name));
+    if foreign > 0 {
+        tracing::warn!(
+            "{name}: {foreign} of {turns} turns wrote letters nothing in the episode showed (see `foreign_letters` in \
+             {}/*/trajectory.jsonl): a sign of a damaged model",
+            out.join(name).display()
+        );
+    }
     let summary = serde_json::json!({
         "success_rate": rate,
         "rollouts": rollouts.len(),
         "crashed": rollouts.len() - counted.len(),
         "mean_reward": counted.iter().map(|r| r.reward).sum::<f64>() / counted.len() as f64,
+        "turns": turns,
+        "foreign_letter_turns": foreign,
     });
     if world.rank() == 0 {
         write_atomic(&out.join(format!("{name}.json")), summary.to_string().as_bytes())?;
     }
     Ok(rate)
+}
+
+/// Turns of the rollouts' trajectories, and those among them whose reply had letters
+/// nothing shown to the model had (`TurnRecord::foreign_letters`).
+fn foreign_letter_turns(runner: &RolloutRunner, rollouts: &[&Rollout], dir: &Path) -> (usize, usize) {
+    let mut counts = (0, 0);
+    for r in rollouts {
+        let path = dir.join(format!("{}-{}", runner.tasks[r.task].name, r.member)).join("trajectory.jsonl");
+        let Ok(text) = std::fs::read_to_string(&path) else { continue };
+        let trajectory = agent_protocol::trajectory::Trajectory::parse_lenient(&text);
+        counts.0 += trajectory.turns.len();
+        counts.1 += trajectory.foreign_letter_turns();
+    }
+    counts
 }
 
 fn load_checkpoint(

@@ -3,6 +3,7 @@
 
 mod builder;
 mod executor;
+mod foreign;
 mod history;
 mod prompt;
 mod repeats;
@@ -17,6 +18,7 @@ pub use builder::{
     RunningEpisode,
 };
 pub use executor::{ToolExecutor, ToolOutcome};
+pub use foreign::ShownLetters;
 pub use history::adapt_history;
 pub(crate) use prompt::today;
 pub use prompt::{render_system_prompt, swap_tool_section, system_prompt};

@@ -53,7 +53,7 @@ impl TrajectoryWriter {
 
     /// Records a turn.
     pub fn turn(&mut self, rec: &TurnRecord) {
-        self.write(&TrajectoryLine::Turn(rec.clone()));
+        self.write(&TrajectoryLine::Turn(Box::new(rec.clone())));
     }
 
     /// Records the end.

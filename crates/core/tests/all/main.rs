@@ -5,6 +5,7 @@
 use agent_test_support as support;
 
 mod episode_loop;
+mod foreign_letters;
 mod hooks_plan;
 mod mcp;
 mod repeated_calls;

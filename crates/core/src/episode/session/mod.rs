@@ -16,6 +16,7 @@ use agent_llm::{ChatMessage, ChatRequest, FinishReason, LlmError, ModelBackend, 
 use agent_protocol::{ApprovalMode, EndReason, Event, Op, TokenUsage};
 
 use super::executor::ToolExecutor;
+use super::foreign::ShownLetters;
 use super::history::adapt_history;
 
 mod action;
@@ -437,6 +438,7 @@ impl Session {
             let mut record = kept.record(turn, user, model_ms);
             kept.announce(turn, &self.events);
             let KeptReply { response, .. } = kept;
+            record.foreign_letters = self.foreign_letters(&response);
             self.usage.add(response.usage);
             self.emit(Event::TokenUsage {
                 turn,
@@ -576,6 +578,21 @@ impl Session {
                 return TaskEnd::Stopped(EndReason::Repetition);
             }
         }
+    }
+
+    /// Letters of a reply that nothing the model was shown had (the system prompt, the
+    /// user's messages, the observations; its own earlier replies do not count as shown).
+    fn foreign_letters(&self, response: &agent_llm::ChatResponse) -> Option<String> {
+        let mut shown = ShownLetters::default();
+        shown.show(&self.cfg.system_prompt);
+        for m in self.messages.iter().filter(|m| m.role != Role::Assistant) {
+            shown.show(&m.content);
+        }
+        let mut reply = response.text.clone();
+        for call in &response.tool_calls {
+            reply.push_str(&call.arguments.to_string());
+        }
+        Some(shown.foreign_in(&reply)).filter(|s| !s.is_empty())
     }
 
     fn request(&self) -> ChatRequest {

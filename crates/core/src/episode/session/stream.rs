@@ -66,6 +66,7 @@ impl KeptReply {
             cut: self.cut.clone(),
             token_ids_dropped: self.token_ids_dropped,
             repeated_calls: 0,
+            foreign_letters: None,
         }
     }
 }
