@@ -275,21 +275,15 @@ impl ImageCache {
         })
     }
 
-    /// Records `image` → its stand-in when it is stood in for (a bench stand-in through
-    /// the map, or one of the sandbox's for an image the map does not name).
+    /// The stand-ins the task's images take (task image → stand-in and what it is),
+    /// read from its services and Dockerfiles without building: a trial whose build
+    /// failed records them too, since a stand-in is often why.
+    pub fn standins_of(&self, task: &BenchTask) -> BTreeMap<String, String> {
+        standins_with(&self.map, task)
+    }
+
     fn note_standin(&self, image: &str, standins: &mut BTreeMap<String, String>) {
-        match self.map.lookup(image) {
-            Some(tag) => {
-                if let Some(s) = BENCH_STANDINS.iter().find(|s| s.tag == tag) {
-                    standins.insert(image.to_string(), format!("{} ({})", s.tag, s.description));
-                }
-            }
-            None => {
-                if let Some(s) = agent_sandbox::standin_for(image) {
-                    standins.insert(image.to_string(), format!("{} ({})", s.tag, s.description));
-                }
-            }
-        }
+        note_standin(&self.map, image, standins);
     }
 
     /// Builds the bench stand-in `image` maps to, if it maps to one.
@@ -349,9 +343,62 @@ fn looks_like_error(line: &str) -> bool {
         .any(|p| l.contains(p))
 }
 
+/// [`ImageCache::standins_of`] with the map `map`.
+fn standins_with(map: &MapOrder, task: &BenchTask) -> BTreeMap<String, String> {
+    let mut standins = BTreeMap::new();
+    for service in &task.environment.services {
+        match &service.image {
+            ImageSource::Named(name) => note_standin(map, name, &mut standins),
+            ImageSource::Build { dockerfile, .. } => {
+                let text = std::fs::read_to_string(dockerfile).unwrap_or_default();
+                for from in agent_sandbox::dockerfile_from_images(&text) {
+                    note_standin(map, &from, &mut standins);
+                }
+            }
+        }
+    }
+    standins
+}
+
+/// Records `image` → its stand-in when it is stood in for (a bench stand-in through
+/// the map, or one of the sandbox's for an image the map does not name).
+fn note_standin(map: &MapOrder, image: &str, standins: &mut BTreeMap<String, String>) {
+    match map.lookup(image) {
+        Some(tag) => {
+            if let Some(s) = BENCH_STANDINS.iter().find(|s| s.tag == tag) {
+                standins.insert(image.to_string(), format!("{} ({})", s.tag, s.description));
+            }
+        }
+        None => {
+            if let Some(s) = agent_sandbox::standin_for(image) {
+                standins.insert(image.to_string(), format!("{} ({})", s.tag, s.description));
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_standins_of_a_task_are_known_without_building() {
+        let d = tempfile::tempdir().unwrap();
+        let write = |rel: &str, text: &str| {
+            let p = d.path().join(rel);
+            std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+            std::fs::write(p, text).unwrap();
+        };
+        write("task.toml", "");
+        write("instruction.md", "Do it.\n");
+        write("environment/Dockerfile", "FROM python:3.11-slim\nRUN false\n");
+        write("tests/test.sh", "true\n");
+        let task = BenchTask::load(d.path()).unwrap();
+        let got = standins_with(&MapOrder::new(&ImageMap::default()), &task);
+        assert_eq!(got.keys().collect::<Vec<_>>(), ["python:3.11-slim"], "{got:?}");
+        let mine = ImageMap(BTreeMap::from([("python:3.11*".to_string(), "my-py311".to_string())]));
+        assert!(standins_with(&MapOrder::new(&mine), &task).is_empty(), "the config's own image is no stand-in");
+    }
 
     #[test]
     fn error_lines_are_recognised() {

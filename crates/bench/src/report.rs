@@ -154,6 +154,21 @@ fn histogram_svg(values: &[f64], bins: usize, unit: &str) -> String {
     s
 }
 
+/// A multi-step trial's steps with their rewards (`create 1 · append 0.5 · count –`);
+/// empty for a single-step trial.
+fn step_rewards(t: &super::results::TrialRecord) -> String {
+    let Some(steps) = &t.steps else { return String::new() };
+    steps
+        .iter()
+        .map(|s| {
+            let reward = s.reward.map(|r| format!("{r}")).unwrap_or_else(|| "–".into());
+            let cls = if s.reward.is_some_and(|r| r >= 1.0) { "ok" } else { "ko" };
+            format!("{} <span class=\"{cls}\">{reward}</span>", esc(&s.name))
+        })
+        .collect::<Vec<_>>()
+        .join(" · ")
+}
+
 /// The self-contained HTML report.
 pub fn html_report(r: &ResultsFile) -> String {
     let s = &r.stats;
@@ -210,7 +225,7 @@ pub fn html_report(r: &ResultsFile) -> String {
     }
     let _ = write!(h, "<h2>Trial time</h2>{}", histogram_svg(&times, 12, "s"));
     let _ = write!(h, "<h2>Tokens per trial</h2>{}", histogram_svg(&tokens, 12, "tok"));
-    h.push_str("<h2>Trials</h2><table><tr><th>task</th><th>#</th><th>resolved</th><th>failure mode</th><th>verified by</th><th>time (s)</th><th>tokens</th><th>repeated calls</th><th>reason</th></tr>");
+    h.push_str("<h2>Trials</h2><table><tr><th>task</th><th>#</th><th>resolved</th><th>failure mode</th><th>verified by</th><th>time (s)</th><th>tokens</th><th>repeated calls</th><th>step rewards</th><th>reason</th></tr>");
     for t in &r.trials {
         let verified = t
             .verified_by
@@ -219,7 +234,7 @@ pub fn html_report(r: &ResultsFile) -> String {
             .unwrap_or_default();
         let _ = write!(
             h,
-            "<tr><td><a href=\"{task}/attempt-{a}/\">{task}</a></td><td>{a}</td><td class=\"{cls}\">{res}</td><td>{fm}</td><td>{verified}</td><td>{secs:.1}</td><td>{tok}</td><td>{rep}</td><td>{reason}</td></tr>",
+            "<tr><td><a href=\"{task}/attempt-{a}/\">{task}</a></td><td>{a}</td><td class=\"{cls}\">{res}</td><td>{fm}</td><td>{verified}</td><td>{secs:.1}</td><td>{tok}</td><td>{rep}</td><td>{steps}</td><td>{reason}</td></tr>",
             task = esc(&t.task),
             a = t.attempt,
             cls = if t.resolved { "ok" } else { "ko" },
@@ -228,6 +243,7 @@ pub fn html_report(r: &ResultsFile) -> String {
             secs = t.timings.total_secs,
             tok = t.usage.prompt_tokens + t.usage.completion_tokens,
             rep = t.repeated_calls,
+            steps = step_rewards(t),
             reason = esc(&t.reason)
         );
     }
@@ -270,26 +286,38 @@ mod tests {
             lost_on: Vec::new(),
             steps: None,
         };
-        let trials = vec![trial("a", true), trial("b", false)];
+        let mut multi = trial("c", false);
+        let step = |name: &str, reward: Option<f64>| crate::results::StepRecord {
+            name: name.into(),
+            reward,
+            ..Default::default()
+        };
+        multi.steps = Some(vec![step("create", Some(1.0)), step("append", Some(0.5)), step("<count>", None)]);
+        let trials = vec![trial("a", true), trial("b", false), multi];
         let stats = crate::stats::summarise(&trials);
         let r = ResultsFile {
             run_id: "r1".into(),
             agent: AgentKind::Oracle,
             model: None,
-            n_trials: 2,
+            n_trials: 3,
             n_resolved: 1,
-            accuracy: 0.5,
+            accuracy: 1.0 / 3.0,
             stats,
             standins: Default::default(),
             trials,
         };
         let t = summary_table(&r, Some(3.0));
-        assert!(t.contains("accuracy     50.0%") && t.contains("parse_error 1") && t.contains("pass@1"), "{t}");
-        assert!(t.contains("repeated calls: 2 (in 1 of 2 trials)"), "{t}");
+        assert!(t.contains("accuracy     33.3%") && t.contains("parse_error 2") && t.contains("pass@1"), "{t}");
+        assert!(t.contains("repeated calls: 4 (in 2 of 3 trials)"), "{t}");
         let h = html_report(&r);
-        assert!(h.contains("<svg") && h.contains("no &lt;summary&gt;") && h.contains("50.0%"));
-        assert!(h.contains("<th>repeated calls</th><td>2 (in 1 of 2 trials)</td>"), "{h}");
-        assert!(h.contains("<td>2</td><td>no &lt;summary&gt;</td>"), "the trial's count in its row: {h}");
+        assert!(h.contains("<svg") && h.contains("no &lt;summary&gt;") && h.contains("33.3%"));
+        assert!(h.contains("<th>repeated calls</th><td>4 (in 2 of 3 trials)</td>"), "{h}");
+        assert!(h.contains("<td>2</td><td></td><td>no &lt;summary&gt;</td>"), "the trial's count in its row: {h}");
+        // A multi-step trial's row has each step's reward; a step that wrote none shows –.
+        assert!(h.contains("<th>step rewards</th>"), "{h}");
+        let want = "<td>create <span class=\"ok\">1</span> · append <span class=\"ko\">0.5</span> · \
+                    &lt;count&gt; <span class=\"ko\">–</span></td>";
+        assert!(h.contains(want), "{h}");
         assert!(!h.contains("http://") || h.contains("xmlns=\"http://www.w3.org/2000/svg\""));
     }
 }

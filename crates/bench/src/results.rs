@@ -30,6 +30,9 @@ pub enum FailureMode {
     /// The Docker engine running the trial stopped answering; the trial is retried on
     /// another engine (`--retries`) and recorded this way only when no retry is left.
     SandboxLost,
+    /// The task's healthcheck (Harbor's `[environment.healthcheck]`, or a step's) never
+    /// passed, so the agent did not start.
+    EnvUnhealthy,
 }
 
 impl FailureMode {
@@ -44,6 +47,7 @@ impl FailureMode {
             FailureMode::AgentError => "agent_error",
             FailureMode::ContextLengthExceeded => "context_length_exceeded",
             FailureMode::SandboxLost => "sandbox_lost",
+            FailureMode::EnvUnhealthy => "env_unhealthy",
         }
     }
 }

@@ -1,8 +1,12 @@
-//! One trial: build/start the environment, run the agent under the agent timeout,
-//! copy the tests in, run them under the test timeout, parse, tear down. A multi-step
-//! task runs its steps in the one environment instead (`trial/steps.rs`).
+//! One trial: build/start the environment, wait for its healthcheck (`trial/health.rs`),
+//! run the agent under the agent timeout, copy the tests in, run them under the test
+//! timeout, parse, copy the artifacts out (`trial/artifacts.rs`), tear down. A
+//! multi-step task runs its steps in the one environment instead (`trial/steps.rs`).
 
+mod artifacts;
+mod health;
 mod steps;
+mod why;
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -154,7 +158,10 @@ async fn run_placed(
     rec.timings.env_build_secs = t.elapsed().as_secs_f64();
     let images = match built {
         Ok(Ok(i)) => i,
-        Ok(Err(e)) => return fail(rec, FailureMode::EnvBuildFailed, e.to_string(), started),
+        Ok(Err(e)) => {
+            rec.standins = ctx.images.on(engine).standins_of(task);
+            return fail(rec, FailureMode::EnvBuildFailed, e.to_string(), started);
+        }
         Err(why) => return lost(rec, why),
     };
     rec.standins = images.standins.clone();
@@ -175,12 +182,38 @@ async fn run_placed(
         env.teardown().await;
         return fail(rec, FailureMode::EnvBuildFailed, "the environment has no agent container".into(), started);
     };
+    if let Some(hc) = &task.healthcheck {
+        // Harbor's gate: the agent starts only in an environment that is healthy.
+        let t = Instant::now();
+        let log = dir.join("healthcheck.log");
+        let checked = guarded(&ctx.pool, placement, health::wait_healthy(&sandbox, hc, &log)).await;
+        rec.timings.env_start_secs += t.elapsed().as_secs_f64();
+        match checked {
+            Ok(Ok(())) => {}
+            Ok(Err(reason)) => {
+                env.teardown().await;
+                return fail(rec, FailureMode::EnvUnhealthy, reason, started);
+            }
+            Err(why) => {
+                give_up(&mut env).await;
+                return lost(rec, why);
+            }
+        }
+    }
 
     if !task.steps.is_empty() {
         let ran = guarded(&ctx.pool, placement, steps::run_steps(ctx, model, task, &sandbox, dir, &episode, &mut rec));
         if let Err(why) = ran.await {
             give_up(&mut env).await;
             return lost(rec, why);
+        }
+        match guarded(&ctx.pool, placement, artifacts::collect(&sandbox, &task.artifacts, &dir.join("artifacts"))).await
+        {
+            Ok(notices) => rec.notices.extend(notices),
+            Err(why) => {
+                give_up(&mut env).await;
+                return lost(rec, why);
+            }
         }
         let t = Instant::now();
         env.teardown().await;
@@ -228,6 +261,13 @@ async fn run_placed(
     }
     // Closed before the teardown, so nothing reads from a container being removed.
     drop(agent_shell);
+    match guarded(&ctx.pool, placement, artifacts::collect(&sandbox, &task.artifacts, &dir.join("artifacts"))).await {
+        Ok(notices) => rec.notices.extend(notices),
+        Err(why) => {
+            give_up(&mut env).await;
+            return lost(rec, why);
+        }
+    }
     let t = Instant::now();
     env.teardown().await;
     rec.timings.teardown_secs = t.elapsed().as_secs_f64();
@@ -282,20 +322,19 @@ fn score(
         return;
     }
     if layout == Layout::Tb2 {
+        if run.verified_by == super::verify::VerifiedBy::FallbackPytest {
+            rec.tests = parse_pytest(&run.output).unwrap_or_default();
+        }
         match run.reward {
             Some(r) => {
                 rec.score = r;
                 rec.resolved = r >= 1.0;
+                // Tests scored it: the reason is theirs unless a phase before said one.
+                if !rec.resolved && rec.reason.is_empty() {
+                    rec.reason = why::low_reward(run, r, "tests/test.sh");
+                }
             }
-            None => set_failure(
-                rec,
-                FailureMode::ParseError,
-                format!(
-                    "tests/test.sh wrote no readable reward to {} or {}",
-                    super::verify::REWARD_FILE,
-                    super::verify::REWARD_JSON
-                ),
-            ),
+            None => set_failure(rec, FailureMode::ParseError, why::no_reward(run, "tests/test.sh")),
         }
         return;
     }
@@ -303,6 +342,9 @@ fn score(
         Ok(tests) => {
             rec.resolved = all_passed(&tests);
             rec.score = weighted_score(&tests, weights);
+            if !rec.resolved && rec.reason.is_empty() {
+                rec.reason = why::failed(&tests).unwrap_or_default();
+            }
             rec.tests = tests;
         }
         Err(e) => {

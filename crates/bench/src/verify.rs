@@ -150,7 +150,10 @@ impl Verifier {
     ) -> Result<TestRun, VerifyError> {
         let env = env_prefix(&task.env.verifier);
         if task.layout == Layout::Tb2 {
-            return run_tb2(task, sandbox, runner, &env).await;
+            if tb2_by_script(self.mode) {
+                return run_tb2(task, sandbox, runner, &env).await;
+            }
+            return run_tb2_fallback(task, sandbox, runner).await;
         }
         let script = std::fs::read_to_string(&task.test_script)
             .map_err(|e| VerifyError::ReadScript { path: task.test_script.display().to_string(), source: e })?;
@@ -281,6 +284,32 @@ async fn run_tb2(
         duration: d,
         setup_secs: 0.0,
     })
+}
+
+/// Whether a TB2 task's own `tests/test.sh` verifies it: under `auto` too, since its
+/// reward file is the task's verdict and the stand-ins carry the uv its scripts expect;
+/// only `--verify fallback` runs its pytest files instead.
+fn tb2_by_script(mode: VerifyMode) -> bool {
+    mode != VerifyMode::Fallback
+}
+
+/// `--verify fallback` on a TB2 task: the pytest files `tests/test.sh` names, run with a
+/// pytest in the container; the reward is 1 when every test passed, else 0 (what
+/// Terminal-Bench 2's scripts write).
+async fn run_tb2_fallback(
+    task: &BenchTask,
+    sandbox: &Sandbox,
+    runner: &mut Runner<'_>,
+) -> Result<TestRun, VerifyError> {
+    let script = std::fs::read_to_string(&task.test_script)
+        .map_err(|e| VerifyError::ReadScript { path: task.test_script.display().to_string(), source: e })?;
+    let mut run = run_fallback(task, sandbox, runner, &script, "--verify fallback".into()).await?;
+    if let Ok(tests) = super::pytest::parse_pytest(&run.output) {
+        let reward = if super::pytest::all_passed(&tests) { 1.0 } else { 0.0 };
+        run.reward = Some(reward);
+        run.rewards = BTreeMap::from([("reward".to_string(), reward)]);
+    }
+    Ok(run)
 }
 
 async fn run_fallback(
@@ -440,6 +469,16 @@ mod tests {
         assert_eq!(named, BTreeMap::from([("a".to_string(), 1.0), ("b".to_string(), 0.5)]));
         assert_eq!(named_rewards("0.25"), BTreeMap::from([("reward".to_string(), 0.25)]));
         assert!(named_rewards("not json").is_empty());
+    }
+
+    #[test]
+    fn only_verify_fallback_replaces_a_tb2_tasks_test_sh() {
+        assert!(tb2_by_script(VerifyMode::Auto) && tb2_by_script(VerifyMode::Script));
+        assert!(!tb2_by_script(VerifyMode::Fallback));
+        // The fallback runs the files test.sh names, with the packages it adds.
+        let script = "#!/bin/bash\nuv add pandas==2.3.0\nuv run pytest $TEST_DIR/test_outputs.py -rA\n";
+        assert_eq!(test_files(script), ["/tests/test_outputs.py"]);
+        assert_eq!(packages_of(script).1, ["pandas==2.3.0"]);
     }
 
     #[test]

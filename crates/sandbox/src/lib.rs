@@ -6,6 +6,7 @@ pub mod beneath;
 mod build;
 mod confined;
 mod container;
+mod copy_out;
 mod docker;
 mod egress;
 mod engines;
@@ -35,6 +36,7 @@ pub use confined::{
 pub use container::{
     cleanup_registered, ContainerConfig, ContainerProcess, Sandbox, LABEL_EPISODE, LABEL_OWNER, LABEL_RUN,
 };
+pub use copy_out::{unpack_hostile, CopiedOut};
 pub use docker::{connect, Engine};
 pub use egress::{parse_allow, Egress, TAG as EGRESS_TAG};
 pub use engines::{connect_engine, EnginePool, EngineSpec, EngineStatus, Placement, ReviveHook};

@@ -6,7 +6,9 @@
 //! task's; a `steps/NAME/workdir/` is copied into the container's working directory
 //! before the step, and its `setup.sh` run there. A step's `[steps.agent]` and
 //! `[steps.verifier]` timeouts and verifier variables override the task's; `min_reward`
-//! stops the remaining steps when the step scores below it. The task's reward is the
+//! stops the remaining steps when the step scores below it; a step's `healthcheck` runs
+//! after its setup and before its agent, and its `artifacts` are copied out after its
+//! tests. The task's reward is the
 //! mean of the rewards of the steps that ran (`multi_step_reward_strategy = "mean"`,
 //! Harbor's default) or the last one's (`"final"`).
 
@@ -18,6 +20,8 @@ use serde::{Deserialize, Serialize};
 
 use super::super::error::TaskError;
 use super::super::solution::Solution;
+use super::artifacts::{self, Artifact};
+use super::health::Healthcheck;
 use super::tb2::{env_table, Tb2Toml};
 use super::BenchTask;
 
@@ -31,7 +35,11 @@ pub(super) struct StepToml {
     #[serde(default)]
     pub verifier: StepSection,
     pub min_reward: Option<toml::Value>,
-    /// Keys this harness does not honour (`healthcheck`, `artifacts`, …), for the notice.
+    /// Run after the step's setup, before its agent (`task/health.rs`).
+    pub healthcheck: Option<toml::Value>,
+    /// Copied into the trial's `steps/NAME/artifacts/` after the step's tests.
+    pub artifacts: Option<toml::Value>,
+    /// Keys this harness does not honour, for the notice.
     #[serde(flatten)]
     pub other: BTreeMap<String, toml::Value>,
 }
@@ -72,6 +80,12 @@ pub struct TaskStep {
     pub workdir: Option<PathBuf>,
     /// Below this the remaining steps do not run.
     pub min_reward: Option<MinReward>,
+    /// The step's healthcheck, run after its setup and before its agent (in addition to
+    /// the task's, which ran once when the environment started).
+    pub healthcheck: Option<Healthcheck>,
+    /// Container paths copied into the trial's `steps/NAME/artifacts/` after the step's
+    /// tests.
+    pub artifacts: Vec<Artifact>,
 }
 
 /// A step's `min_reward`: a number gates the `reward`, a table each named reward.
@@ -241,6 +255,11 @@ fn load_step(
     let own_solution = step_dir.join("solution");
     let solve = if own_solution.is_dir() { own_solution.join("solve.sh") } else { dir.join("solution/solve.sh") };
     let workdir = Some(step_dir.join("workdir")).filter(|w| w.is_dir());
+    let healthcheck = match &raw.healthcheck {
+        Some(v) => Some(Healthcheck::parse(shown, &format!("steps[{i}].healthcheck"), v)?),
+        None => None,
+    };
+    let artifacts = artifacts::parse(shown, &format!("steps.{name}.artifacts"), raw.artifacts.as_ref(), notices)?;
     Ok(TaskStep {
         name,
         instruction,
@@ -252,6 +271,8 @@ fn load_step(
         verifier_env,
         workdir,
         min_reward,
+        healthcheck,
+        artifacts,
     })
 }
 

@@ -84,13 +84,28 @@ fn a_step_with_its_own_solution_folder_gets_no_other() {
 
 #[test]
 fn keys_this_harness_does_not_honour_are_named_once() {
-    let d =
-        two_steps("healthcheck = { command = \"true\" }\nartifacts = [\"/app\"]\n[steps.agent]\nuser = \"agent\"\n");
+    let d = two_steps("retries = 2\n[steps.agent]\nuser = \"agent\"\n");
     let t = BenchTask::load(d.path()).unwrap();
-    assert_eq!(
-        t.notices,
-        ["multi-step: ignoring steps.append.artifacts, steps.append.healthcheck, steps.append.agent.user"]
+    assert_eq!(t.notices, ["multi-step: ignoring steps.append.retries, steps.append.agent.user"]);
+}
+
+#[test]
+fn a_steps_healthcheck_and_artifacts_are_read() {
+    let d = two_steps(
+        "artifacts = [\"/app/out\", {source = \"/tmp/x\", destination = \"logs/x\"}]\n\
+         [steps.healthcheck]\ncommand = \"test -f /tmp/up\"\nretries = 5\n",
     );
+    let t = BenchTask::load(d.path()).unwrap();
+    assert!(t.notices.is_empty(), "{:?}", t.notices);
+    let step = &t.steps[1];
+    let hc = step.healthcheck.as_ref().unwrap();
+    assert_eq!((hc.command.as_str(), hc.retries), ("test -f /tmp/up", 5));
+    let dests: Vec<&str> = step.artifacts.iter().map(|a| a.destination.as_str()).collect();
+    assert_eq!(dests, ["out", "logs/x"]);
+    assert!(t.steps[0].healthcheck.is_none() && t.steps[0].artifacts.is_empty());
+    write(d.path(), "task.toml", "[[steps]]\nname = \"append\"\nhealthcheck = {interval_sec = 1}\n");
+    let e = BenchTask::load(d.path()).unwrap_err().to_string();
+    assert!(e.contains("steps[0].healthcheck") && e.contains("command"), "{e}");
 }
 
 /// How a case breaks the task in its folder.

@@ -1,7 +1,7 @@
 //! TB2's `task.toml` as Harbor writes it: metadata, the agent's and verifier's
 //! timeouts, the environment's network, build timeout and variables, the verifier's
-//! and solution's variables, MCP servers, and the steps of a multi-step task
-//! (`task/steps.rs`).
+//! and solution's variables, MCP servers, the healthcheck (`task/health.rs`), the
+//! artifacts (`task/artifacts.rs`) and the steps of a multi-step task (`task/steps.rs`).
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -29,6 +29,8 @@ pub(super) struct Tb2Toml {
     pub steps: Vec<StepToml>,
     /// How a multi-step task's reward is formed: `mean` (Harbor's default) or `final`.
     pub multi_step_reward_strategy: Option<String>,
+    /// Container paths copied out after the run (`task/artifacts.rs` reads them).
+    pub artifacts: Option<toml::Value>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -55,6 +57,8 @@ pub(super) struct Tb2Environment {
     pub env: BTreeMap<String, toml::Value>,
     #[serde(default)]
     pub mcp_servers: Vec<McpServer>,
+    /// `[environment.healthcheck]` (`task/health.rs` reads it).
+    pub healthcheck: Option<toml::Value>,
 }
 
 /// An MCP server a task offers its agent (`[[environment.mcp_servers]]`).

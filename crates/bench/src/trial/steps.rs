@@ -1,11 +1,12 @@
 //! A multi-step trial, as Harbor runs one: in the one started environment, each step in
-//! order gets its working files (`steps/NAME/workdir/`, then its `setup.sh`), the agent
-//! with the step's instruction (a fresh episode each step, as Harbor starts each step's
-//! agent anew), then the step's tests alone in `/tests` with an empty
-//! `/logs/verifier`. A step whose tests wrote no reward, or whose reward misses its
-//! `min_reward`, is the last to run. The task's reward is formed from the steps' rewards
-//! by the task's strategy; resolved means every step ran, every one wrote a reward, and
-//! that reward is 1.
+//! order gets its working files (`steps/NAME/workdir/`, then its `setup.sh`), waits for
+//! its own healthcheck when it has one, then gets the agent with the step's instruction
+//! (a fresh episode each step, as Harbor starts each step's agent anew), then the step's
+//! tests alone in `/tests` with an empty `/logs/verifier`; the step's artifacts are
+//! copied out after its tests. A step whose tests wrote no reward, or whose reward misses
+//! its `min_reward`, is the last to run. The task's reward is formed from the steps'
+//! rewards by the task's strategy; resolved means every step ran, every one wrote a
+//! reward, and that reward is 1.
 
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -67,6 +68,12 @@ async fn run_step(
         fail_step(&mut record, FailureMode::AgentError, reason);
         return (record, false);
     }
+    if let Some(hc) = &step.healthcheck {
+        if let Err(reason) = super::health::wait_healthy(sandbox, hc, &step_dir.join("healthcheck.log")).await {
+            fail_step(&mut record, FailureMode::EnvUnhealthy, reason);
+            return (record, false);
+        }
+    }
 
     let view = task.step_view(step);
     let ids = (ctx.env.run_id.as_str(), format!("{episode}-{}", step.name));
@@ -95,24 +102,27 @@ async fn run_step(
                 let why = format!("the tests ran past the step's test timeout of {} s", step.test_timeout.as_secs());
                 fail_step(&mut record, FailureMode::TestTimeout, why);
             } else if run.reward.is_none() {
-                let why = format!(
-                    "the step's tests wrote no readable reward to {} or {}",
-                    super::super::verify::REWARD_FILE,
-                    super::super::verify::REWARD_JSON
-                );
-                fail_step(&mut record, FailureMode::ParseError, why);
+                fail_step(&mut record, FailureMode::ParseError, super::why::no_reward(&run, "the step's test.sh"));
             } else {
                 record.reward = run.reward;
-                record.rewards = run.rewards;
+                record.rewards = run.rewards.clone();
+                if let Some(r) = run.reward.filter(|r| *r < 1.0 && record.reason.is_empty()) {
+                    record.reason = super::why::low_reward(&run, r, "the step's test.sh");
+                }
             }
         }
         Err(e) => fail_step(&mut record, FailureMode::AgentError, format!("the tests could not be run: {e}")),
     }
+    rec.notices.extend(super::artifacts::collect(sandbox, &step.artifacts, &step_dir.join("artifacts")).await);
     if record.reward.is_none() {
         return (record, false);
     }
     if let Some(missed) = step.min_reward.as_ref().and_then(|m| m.missed(&record.rewards)) {
+        let earlier = std::mem::take(&mut record.reason);
         record.reason = format!("the remaining steps did not run: {missed}");
+        if !earlier.is_empty() {
+            record.reason = format!("{} ({earlier})", record.reason);
+        }
         return (record, false);
     }
     (record, true)
@@ -172,6 +182,11 @@ fn finish(rec: &mut TrialRecord, task: &BenchTask, steps: Vec<StepRecord>) {
         if rec.reason.is_empty() {
             rec.reason = format!("step `{}`: {}", last.name, last.reason);
         }
+    } else if let Some(low) = steps.iter().find(|s| !rec.resolved && !s.reason.is_empty()) {
+        // Every step ran; the first that scored below 1 says why the task did not resolve.
+        if rec.reason.is_empty() {
+            rec.reason = format!("step `{}`: {}", low.name, low.reason);
+        }
     }
     rec.steps = Some(steps);
 }
@@ -221,8 +236,11 @@ mod tests {
         assert_eq!(rec.steps.as_ref().map(Vec::len), Some(3));
 
         let mut rec = record();
-        finish(&mut rec, &task, vec![step("s0", Some(1.0)), step("s1", Some(0.0)), step("s2", Some(0.5))]);
+        let mut low = step("s1", Some(0.0));
+        low.reason = "the step's test.sh wrote reward 0: failed tests: t (1 of 1)".into();
+        finish(&mut rec, &task, vec![step("s0", Some(1.0)), low, step("s2", Some(0.5))]);
         assert!(!rec.resolved && rec.score == 0.5, "{rec:?}");
+        assert_eq!(rec.reason, "step `s1`: the step's test.sh wrote reward 0: failed tests: t (1 of 1)");
     }
 
     #[test]

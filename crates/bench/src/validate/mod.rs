@@ -289,7 +289,8 @@ impl Validator {
         let nop_ctx = self.context(AgentKind::Nop, &images, true);
         let nop = run_trial_with(&nop_ctx, None, entry, 0, logs.join("nop")).await;
         report.times.nop_secs = nop.timings.total_secs;
-        if nop.failure_mode == FailureMode::EnvBuildFailed {
+        // An environment whose healthcheck never passes untouched does not come up either.
+        if matches!(nop.failure_mode, FailureMode::EnvBuildFailed | FailureMode::EnvUnhealthy) {
             return fail(report, Verdict::BuildFailed, nop.reason.clone());
         }
         // Tests that cannot even run untouched (a task whose environment is broken on
