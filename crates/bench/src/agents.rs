@@ -66,6 +66,8 @@ pub struct AgentOutcome {
     pub parse_error_turns: u32,
     /// Calls that repeated an identical earlier call (from the trajectory).
     pub repeated_calls: u32,
+    /// Turns whose reply wrote letters nothing the model was shown had (from the trajectory).
+    pub foreign_letter_turns: u32,
     /// The action format used (`native`/`text`; none for the oracle).
     pub tool_format: Option<ToolFormat>,
     /// Why the episode ended (ours) or the solution's exit status (oracle), in words.
@@ -251,9 +253,11 @@ async fn ours(
         running.finish(Duration::from_secs(10)).await;
         None
     };
-    let mut repeated_calls = 0;
+    let (mut repeated_calls, mut foreign_letter_turns) = (0, 0);
     if let Ok(jsonl) = std::fs::read_to_string(trial_dir.join("trajectory.jsonl")) {
-        repeated_calls = agent_protocol::trajectory::Trajectory::parse_lenient(&jsonl).repeated_calls();
+        let trajectory = agent_protocol::trajectory::Trajectory::parse_lenient(&jsonl);
+        repeated_calls = trajectory.repeated_calls();
+        foreign_letter_turns = u32::try_from(trajectory.foreign_letter_turns()).unwrap_or(u32::MAX);
         let atif = super::atif::to_atif(&jsonl);
         if let Ok(text) = serde_json::to_vec_pretty(&atif) {
             let _ = std::fs::write(trial_dir.join("trajectory.atif.json"), text);
@@ -290,6 +294,7 @@ async fn ours(
         turns,
         parse_error_turns: u32::try_from(parse_error_turns.len()).unwrap_or(u32::MAX),
         repeated_calls,
+        foreign_letter_turns,
         tool_format: Some(tool_format),
         ended: reason.describe().to_string(),
         end_reason: Some(reason),

@@ -54,6 +54,13 @@ pub fn summary_table(r: &ResultsFile, wall_secs: Option<f64>) -> String {
             "  repeated calls: {} (in {} of {} trials)",
             s.repeated_calls, s.trials_with_repeated_calls, s.n_trials
         );
+        if s.foreign_letter_turns > 0 {
+            let _ = writeln!(
+                o,
+                "  turns writing letters nothing showed: {} (see `foreign_letters` in the trajectories: a damaged model?)",
+                s.foreign_letter_turns
+            );
+        }
     }
     let _ = writeln!(o, "  per task:");
     let mut per_task: BTreeMap<&str, Vec<&super::results::TrialRecord>> = BTreeMap::new();
@@ -275,6 +282,7 @@ mod tests {
             turns: 4,
             parse_error_turns: 0,
             repeated_calls: if resolved { 0 } else { 2 },
+            foreign_letter_turns: 0,
             tool_format: None,
             agent_ended: String::new(),
             agent_end_reason: None,

@@ -100,6 +100,10 @@ pub struct TrialRecord {
     /// (the trajectory's `repeated_calls`; 0 for the oracle, nop and older results).
     #[serde(default)]
     pub repeated_calls: u32,
+    /// Turns whose reply wrote letters nothing the model was shown had (the trajectory's
+    /// `foreign_letters`: the mark of a damaged model); 0 for the oracle and nop.
+    #[serde(default)]
+    pub foreign_letter_turns: u32,
     /// The action format the agent used (`native` or `text`; absent for the oracle and
     /// nop; results written before it was typed have `""` there).
     #[serde(default, deserialize_with = "empty_as_none", skip_serializing_if = "Option::is_none")]
@@ -286,6 +290,7 @@ mod tests {
             turns: 0,
             parse_error_turns: 0,
             repeated_calls: 3,
+            foreign_letter_turns: 0,
             tool_format: None,
             agent_ended: String::new(),
             agent_end_reason: None,

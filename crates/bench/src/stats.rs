@@ -50,6 +50,9 @@ pub struct Summary {
     /// Trials with at least one repeated call.
     #[serde(default)]
     pub trials_with_repeated_calls: usize,
+    /// Turns whose reply wrote letters nothing the model was shown had.
+    #[serde(default)]
+    pub foreign_letter_turns: u64,
 }
 
 /// The unbiased estimator of pass@k for one task with `n` trials of which `c`
@@ -123,6 +126,7 @@ pub fn summarise(trials: &[TrialRecord]) -> Summary {
         s.parse_error_turns += u64::from(t.parse_error_turns);
         s.repeated_calls += u64::from(t.repeated_calls);
         s.trials_with_repeated_calls += usize::from(t.repeated_calls > 0);
+        s.foreign_letter_turns += u64::from(t.foreign_letter_turns);
     }
     if s.turns > 0 {
         s.parse_error_rate = s.parse_error_turns as f64 / s.turns as f64;
@@ -163,6 +167,7 @@ mod tests {
             turns: 1,
             parse_error_turns: 0,
             repeated_calls: 0,
+            foreign_letter_turns: 0,
             tool_format: None,
             agent_ended: String::new(),
             agent_end_reason: None,
@@ -205,6 +210,9 @@ mod tests {
         looping[3].repeated_calls = 5;
         let s = summarise(&looping);
         assert_eq!((s.repeated_calls, s.trials_with_repeated_calls), (7, 2));
+        let mut damaged = t.clone();
+        damaged[0].foreign_letter_turns = 3;
+        assert_eq!(summarise(&damaged).foreign_letter_turns, 3);
         // One attempt: the binomial error.
         let s = summarise(&t[..1]);
         assert_eq!(s.stderr, 0.0);

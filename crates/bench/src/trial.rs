@@ -71,6 +71,7 @@ pub async fn run_trial_with(
         turns: 0,
         parse_error_turns: 0,
         repeated_calls: 0,
+        foreign_letter_turns: 0,
         tool_format: None,
         agent_ended: String::new(),
         agent_end_reason: None,
@@ -295,6 +296,7 @@ fn add_agent_outcome(rec: &mut TrialRecord, outcome: &AgentOutcome) {
     rec.turns += outcome.turns;
     rec.parse_error_turns += outcome.parse_error_turns;
     rec.repeated_calls += outcome.repeated_calls;
+    rec.foreign_letter_turns += outcome.foreign_letter_turns;
     rec.tool_format = outcome.tool_format.or(rec.tool_format);
     rec.agent_ended = outcome.ended.clone();
     rec.agent_end_reason = outcome.end_reason;
