@@ -6,7 +6,8 @@
 //! overlay on Harbor's base (a sidecar and `depends_on` for `main`, never `main`'s build;
 //! `${VAR:-default}` fed by `[environment.env]`); a healthcheck that gates the agent's
 //! start on a file a sidecar writes seconds after it starts; and artifacts copied out of
-//! the container into the trial's folder after the tests (a link among them left out).
+//! the container into the trial's folder after the tests (a link among them left out);
+//! `python:3.11-slim` with a wheel built for 3.11 at the newest (stood in by a 3.11).
 //! The oracle resolves every task with every step's reward recorded; nop resolves none.
 //! A healthcheck that never passes fails the trial as `env_unhealthy` before the agent.
 
@@ -15,7 +16,8 @@ use serde_json::Value;
 use crate::bench::{bench, run_id, trial};
 use crate::support;
 
-const TASKS: [&str; 4] = ["artifacts-report", "compose-overlay-sidecar", "healthcheck-sidecar", "multi-step-notes"];
+const TASKS: [&str; 5] =
+    ["artifacts-report", "compose-overlay-sidecar", "healthcheck-sidecar", "multi-step-notes", "python311-wheel"];
 
 /// `(name, reward)` of each step a trial recorded.
 fn step_rewards(t: &Value) -> Vec<(String, Value)> {
@@ -90,6 +92,13 @@ fn the_oracle_resolves_the_conformance_corpus_with_per_step_rewards_and_nop_noth
     let manifest: Value = serde_json::from_str(&log(&kept, "manifest.json")).unwrap();
     let statuses: Vec<&str> = manifest.as_array().unwrap().iter().filter_map(|m| m["status"].as_str()).collect();
     assert_eq!(statuses, ["copied", "copied"], "{manifest}");
+
+    // python:3.11-slim stands in as bookworm's own 3.11, so numpy 1.23.5 (wheels up to
+    // 3.11) installs; the trial says what stood in.
+    let py = trial(&r, "python311-wheel", 0);
+    assert_eq!(py["resolved"], true, "{py}\n{}", log(&out, "python311-wheel/attempt-0/tests.log"));
+    let standin = py["standins"]["python:3.11-slim"].as_str().unwrap_or_default();
+    assert!(standin.contains("CPython 3.11"), "{py}");
     support::assert_nothing_left(&id);
 
     let out = dir.path().join("nop");

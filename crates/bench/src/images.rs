@@ -37,6 +37,13 @@ const BENCH_STANDINS: &[BenchStandin] = &[
         description: "Debian bookworm with CPython 3.13 in /usr/local (as python:3.13-slim-bookworm), tmux and uv",
     },
     BenchStandin {
+        pattern: "python:3.11*",
+        tag: "agent-bench-python-3-11:bookworm",
+        body: "RUN python3 -m pip install --no-cache-dir -q uv",
+        from: "python:3.11-slim",
+        description: "Debian bookworm with its own CPython 3.11 (3.11.2), pip, venv and uv, as python:3.11-slim",
+    },
+    BenchStandin {
         pattern: "python:3*",
         tag: "agent-bench-python-3-13:cpython-bookworm",
         body: "",
@@ -418,6 +425,9 @@ mod tests {
         assert_eq!(order.lookup("python:3.11-slim").as_deref(), Some("my-py311"));
         assert_eq!(order.lookup("docker.io/library/python:3.11-slim").as_deref(), Some("my-py311"));
         assert_eq!(order.lookup("python:3.12-slim").as_deref(), Some(py), "the stand-in still serves the rest");
+        let builtin = MapOrder::default();
+        assert_eq!(builtin.lookup("python:3.11-slim").as_deref(), Some("agent-bench-python-3-11:bookworm"));
+        assert_eq!(builtin.lookup("python:3.12").as_deref(), Some(py), "no 3.12 here: 3.13 stands in");
         assert_eq!(order.lookup("debian:bookworm"), None);
         let several = ImageMap(BTreeMap::from([
             ("*".to_string(), "any".to_string()),

@@ -53,6 +53,18 @@ WORKDIR /app
 
 const PLAIN: &str = "FROM {base}\nENV PIP_BREAK_SYSTEM_PACKAGES=1\nWORKDIR /app\n";
 
+/// Python 3.11 is bookworm's own (3.11.2): its pip and venv added, pip allowed to install
+/// into it as in the official `python:3.11-slim` (no `EXTERNALLY-MANAGED`), and `python`
+/// and `pip` on the PATH. Tasks pin wheels built for 3.11 only (numpy 1.23, say), which
+/// the 3.13 stand-in cannot install.
+const PYTHON_311: &str = r#"FROM {base}
+RUN apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends python3 python3-pip python3-venv \
+ && rm -rf /var/lib/apt/lists/* && rm -f /usr/lib/python3.11/EXTERNALLY-MANAGED \
+ && ln -sf /usr/bin/python3 /usr/local/bin/python && ln -sf /usr/bin/pip3 /usr/local/bin/pip
+ENV PIP_BREAK_SYSTEM_PACKAGES=1
+WORKDIR /app
+"#;
+
 /// Built-in stand-ins for Terminal-Bench base images and the official images tasks start
 /// from (matched also behind their mirrors and digests, see [`ImageRef::match_names`]).
 /// Ubuntu 24.04 has no Debian twin; trixie is the nearest (its 64-bit-time package names,
@@ -71,6 +83,13 @@ const TB_STANDINS: &[Standin] = &[
         description: "Debian trixie (not Ubuntu) with its Python 3.13, tmux, WORKDIR /app",
         base: (TRIXIE_BASE_IMAGE, "trixie"),
         dockerfile: PLAIN,
+    },
+    Standin {
+        pattern: "python:3.11*",
+        tag: "agent-tb-python-3-11:bookworm",
+        description: "Debian bookworm with its own CPython 3.11 (3.11.2), pip and venv, as python:3.11-slim, WORKDIR /app",
+        base: (BASE_IMAGE, "bookworm"),
+        dockerfile: PYTHON_311,
     },
     Standin {
         pattern: "python:3.1*-slim*",
@@ -174,6 +193,11 @@ mod tests {
         let ubuntu = standin_for("ghcr.io/laude-institute/t-bench/ubuntu-24-04:20250624").unwrap();
         assert_eq!(ubuntu.base, (TRIXIE_BASE_IMAGE, "trixie"));
         assert!(standin_for("ubuntu:24.04").is_none());
+        // 3.11 is bookworm's own; the other 3.1x stand in as 3.13.
+        for image in ["python:3.11-slim", "python:3.11", "docker.io/library/python:3.11.9-slim-bookworm"] {
+            assert_eq!(standin_for(image).map(|s| s.tag), Some("agent-tb-python-3-11:bookworm"), "{image}");
+        }
+        assert_eq!(standin_for("python:3.12-slim").map(|s| s.tag), Some("agent-tb-python-3-13:cpython-bookworm"));
     }
 
     #[test]
