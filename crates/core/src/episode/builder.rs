@@ -212,7 +212,7 @@ pub async fn build_episode(
         history: Vec::new(),
         hooks: request.hooks,
         constrain_calls: config.constrain_calls.unwrap_or(true),
-        repeat_notes: config.repeat_notes.unwrap_or(true),
+        repeat_notes: config.repeat_notes.unwrap_or(false),
     };
     let mut executor = ToolExecutor::new(
         shell,

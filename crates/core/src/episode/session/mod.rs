@@ -58,7 +58,7 @@ pub struct SessionConfig {
     /// enforce it; APIs ignore it): `constrain_calls` in the config, on by default.
     pub constrain_calls: bool,
     /// Tell the model when it repeats a call with nothing changed in between (the
-    /// repeats are counted either way): `repeat_notes` in the config, on by default.
+    /// repeats are counted either way): `repeat_notes` in the config, off by default.
     pub repeat_notes: bool,
 }
 

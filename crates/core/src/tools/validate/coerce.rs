@@ -15,6 +15,7 @@ pub(super) fn coerce(arg: &ArgSpec, value: Yaml, name: &str, errors: &mut Vec<St
             Yaml::Sequence(items) if arg.shell_command => list_as_command(items).map(Json::String).ok_or_else(|| {
                 format!("`{name}` must be a string (a list is read only when all its items are strings)")
             }),
+            value if arg.shell_command => to_string(value, name).map(|s| Json::String(unnest_command(&arg.name, s))),
             value => to_string(value, name).and_then(|s| check_enum(arg, s, name)),
         },
         ArgType::Integer => to_integer(value, name),
@@ -108,6 +109,22 @@ fn list_as_command(items: Vec<Yaml>) -> Option<String> {
     } else {
         Some(items.join("\n"))
     }
+}
+
+/// A command that is the whole call written again as JSON (`{"cmd": "chmod +x a.sh",
+/// "timeout_secs": 60}` inside `cmd`: the 1.5B did this six times in a row in issue 49's
+/// ablation, and bash answered 127 each time): the command inside it. No shell command
+/// is a JSON object (`{ ls; }` is not JSON), so nothing else changes.
+fn unnest_command(key: &str, s: String) -> String {
+    let trimmed = s.trim();
+    if trimmed.starts_with('{') {
+        if let Ok(Json::Object(inner)) = serde_json::from_str::<Json>(trimmed) {
+            if let Some(Json::String(cmd)) = inner.get(key) {
+                return cmd.clone();
+            }
+        }
+    }
+    s
 }
 
 /// One argv word for bash: as is when it holds nothing bash would read specially.

@@ -220,6 +220,14 @@ fn a_list_for_a_shell_command_is_an_argv_or_the_lines_of_a_script() {
     assert_eq!(args["cmd"], "cd /app\nmake test");
     let err = check("bash", "cmd: [ls, {a: 1}]").unwrap_err();
     assert!(err.contains("`cmd` must be a string"), "{err}");
+    // The call written again inside its own command: the command inside.
+    let args =
+        check("bash", r#"cmd: '{"cmd":"chmod +x process_data.sh", "timeout_secs": 60, "background": false}'"#).unwrap();
+    assert_eq!(args["cmd"], "chmod +x process_data.sh");
+    for plain in ["{ ls; pwd; }", "{\"not\": \"a command key\"}", "echo '{\"cmd\": 1}'"] {
+        let yaml = format!("cmd: '{}'", plain.replace('\'', "''"));
+        assert_eq!(check("bash", &yaml).unwrap()["cmd"], plain, "{plain}");
+    }
     // Other string arguments still refuse lists.
     let err = check("finish", "message: [a, b]").unwrap_err();
     assert!(err.contains("must be a string, but it is a list"), "{err}");
