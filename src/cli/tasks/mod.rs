@@ -21,7 +21,7 @@ pub enum TasksCommand {
     Generate(GenerateArgs),
     /// List the task families with what each level asks.
     #[command(name = "list-families")]
-    ListFamilies,
+    ListFamilies(ListFamiliesArgs),
     /// Check task folders (TB1 or TB2) before training or bench: the image builds, the
     /// tests fail untouched, the reference solution passes them in fresh containers
     /// every time, the test weights are valid.
@@ -38,6 +38,10 @@ pub struct GenerateArgs {
     /// `agent tasks list-families`.
     #[arg(long = "family", value_name = "NAME")]
     pub families: Vec<String>,
+    /// A folder of family files (`*.toml`, see docs/tasks.md) whose families join the
+    /// built-in ones (repeatable).
+    #[arg(long = "families-dir", value_name = "DIR")]
+    pub family_dirs: Vec<PathBuf>,
     /// Levels 1 to 3, comma-separated, taken in turn; level 1 is meant for the smallest
     /// models (one command, every name given).
     #[arg(long, value_name = "N", value_delimiter = ',', default_value = "1")]
@@ -57,12 +61,20 @@ pub struct GenerateArgs {
     pub dir: PathBuf,
 }
 
+/// Arguments of `agent tasks list-families`.
+#[derive(Debug, Args)]
+pub struct ListFamiliesArgs {
+    /// A folder of family files to list besides the built-in families (repeatable).
+    #[arg(long = "families-dir", value_name = "DIR")]
+    pub family_dirs: Vec<PathBuf>,
+}
+
 /// Runs a tasks subcommand; `config` reads the settings (with the project's, as far as
 /// it is trusted) for the subcommands that run containers.
 pub async fn run(cmd: TasksCommand, config: impl FnOnce() -> anyhow::Result<Config>) -> anyhow::Result<u8> {
     match cmd {
-        TasksCommand::ListFamilies => {
-            list_families();
+        TasksCommand::ListFamilies(args) => {
+            list_families(&args.family_dirs)?;
             Ok(0)
         }
         TasksCommand::Generate(args) => generate_tasks(args),
@@ -71,20 +83,25 @@ pub async fn run(cmd: TasksCommand, config: impl FnOnce() -> anyhow::Result<Conf
     }
 }
 
-fn list_families() {
-    let width = generate::families().iter().map(|f| f.name.len()).max().unwrap_or(0);
-    for f in generate::families() {
-        println!("{:width$}  {}", f.name, f.summary);
+fn list_families(dirs: &[PathBuf]) -> anyhow::Result<()> {
+    let all = generate::catalog(dirs)?;
+    let width = all.iter().map(|f| f.name.len()).max().unwrap_or(0);
+    for f in &all {
+        let origin = if f.origin == generate::BUILT_IN { String::new() } else { format!("  ({})", f.origin) };
+        println!("{:width$}  {}{origin}", f.name, f.summary);
         for (i, what) in f.levels.iter().enumerate() {
             println!("{:width$}    level {}: {what}", "", i + 1);
         }
     }
     println!("\nLevel 1 is meant for the smallest models (Qwen2.5-Coder-0.5B); levels 2 and {MAX_LEVEL} add steps.");
+    println!("{} families; add your own as family files (docs/tasks.md) with --families-dir DIR.", all.len());
+    Ok(())
 }
 
 fn generate_tasks(args: GenerateArgs) -> anyhow::Result<u8> {
     let opts = GenerateOptions {
         families: args.families,
+        family_dirs: args.family_dirs,
         levels: args.level,
         split: args.split,
         seed: args.seed,

@@ -5,10 +5,10 @@
 
 use super::draw::{answer_exists_test, lines, phrase, py, py_dict, py_list, Ctx, Spec};
 use super::vocab::{EXTS, WORDS};
-use super::Family;
+use super::CodeFamily;
 
 /// The family.
-pub(crate) const FAMILY: Family = Family {
+pub(crate) const FAMILY: CodeFamily = CodeFamily {
     name: "archive",
     summary: "extract files from a .tar.gz or .zip archive",
     levels: [
@@ -71,7 +71,7 @@ fn whole_tar(ctx: &mut Ctx) -> Spec {
             "The archive /app/{arch}.tar.gz holds a few files. Extract all of them into a new folder /app/{out} (so \
              that, for example, /app/{out}/{example} exists)."
         ),
-        category: "file-operations",
+        category: "file-operations".into(),
         files: members.iter().map(|(n, t)| (format!("{STAGE}/{n}"), t.clone())).collect(),
         run: vec![format!("cd /app/{STAGE} && tar -czf /app/{arch}.tar.gz * && cd /app && rm -rf /app/{STAGE}")],
         solution: format!("mkdir -p /app/{out}\ntar -xzf /app/{arch}.tar.gz -C /app/{out}\n"),
@@ -100,7 +100,7 @@ fn one_member(ctx: &mut Ctx) -> Spec {
             "The archive /app/{arch}.tar.gz holds a folder tree. Extract only the file `{member}` from it and save \
              that file's contents as /app/{target}. Do not extract the other files of the archive."
         ),
-        category: "file-operations",
+        category: "file-operations".into(),
         files: members.iter().map(|(n, t)| (format!("{STAGE}/{n}"), t.clone())).collect(),
         run: vec![format!("cd /app/{STAGE} && tar -czf /app/{arch}.tar.gz {top} && cd /app && rm -rf /app/{STAGE}")],
         solution: format!("tar -xzf /app/{arch}.tar.gz -O {member} > /app/{target}\n"),
@@ -139,7 +139,7 @@ fn zip_and_find(ctx: &mut Ctx) -> Spec {
              is installed). Extract all of them into a new folder /app/{out}. Then find the one file that contains \
              the word `{kw}` and write its file name (only the name, without a folder) to /app/answer.txt."
         ),
-        category: "file-operations",
+        category: "file-operations".into(),
         files: members.iter().map(|(n, t)| (format!("{STAGE}/{n}"), t.clone())).collect(),
         run: vec![format!(
             "cd /app/{STAGE} && python3 -m zipfile -c /app/{arch}.zip * && cd /app && rm -rf /app/{STAGE}"

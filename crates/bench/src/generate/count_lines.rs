@@ -4,10 +4,10 @@
 
 use super::draw::{answer_exists_test, phrase, py_list, Ctx, Spec};
 use super::vocab::{EXTS, WORDS};
-use super::Family;
+use super::CodeFamily;
 
 /// The family.
-pub(crate) const FAMILY: Family = Family {
+pub(crate) const FAMILY: CodeFamily = CodeFamily {
     name: "count-lines",
     summary: "count the lines of a file that contain a word, or find the files that contain it",
     levels: [
@@ -57,7 +57,7 @@ fn one_file(ctx: &mut Ctx) -> Spec {
             "Count how many lines of the file /app/{file} contain the word `{kw}`.\n\
              Write only that number to the file /app/answer.txt."
         ),
-        category: "file-operations",
+        category: "file-operations".into(),
         files: vec![(file.clone(), body)],
         run: vec![],
         solution: format!("grep -c '{kw}' /app/{file} > /app/answer.txt\n"),
@@ -100,7 +100,7 @@ fn log_folder(ctx: &mut Ctx) -> Spec {
              that contains the word twice counts once.\n\
              Write only that total to the file /app/answer.txt."
         ),
-        category: "file-operations",
+        category: "file-operations".into(),
         files,
         run: vec![],
         solution: format!("cat /app/{dir}/*.log | grep -c '{kw}' > /app/answer.txt\n"),
@@ -147,7 +147,7 @@ fn find_files(ctx: &mut Ctx) -> Spec {
              Write their full paths (such as /app/{dir}/NAME.{ext}), one per line, sorted alphabetically, to the \
              file /app/answer.txt."
         ),
-        category: "file-operations",
+        category: "file-operations".into(),
         files,
         run: vec![],
         solution: format!("grep -rl --include='*.{ext}' '{kw}' /app/{dir} | LC_ALL=C sort > /app/answer.txt\n"),

@@ -3,10 +3,10 @@
 
 use super::draw::{answer_exists_test, py, py_list, Ctx, Spec};
 use super::vocab::WORDS;
-use super::Family;
+use super::CodeFamily;
 
 /// The family.
-pub(crate) const FAMILY: Family = Family {
+pub(crate) const FAMILY: CodeFamily = CodeFamily {
     name: "csv-column",
     summary: "sum a column of a CSV file, over all rows, over one category, or per category",
     levels: [
@@ -113,7 +113,7 @@ fn build(ctx: &mut Ctx) -> Spec {
                 "{}\nWrite the sum of the `{num}` column to the file /app/answer.txt (only the number).",
                 csv_intro(&t)
             ),
-            category: "data-processing",
+            category: "data-processing".into(),
             files,
             run: vec![],
             solution: format!("{}print(sum(int(r[\"{num}\"]) for r in rows))\nEOF\n", python(&file, "/app/answer.txt")),
@@ -127,7 +127,7 @@ fn build(ctx: &mut Ctx) -> Spec {
                      file /app/answer.txt (only the number).",
                     csv_intro(&t)
                 ),
-                category: "data-processing",
+                category: "data-processing".into(),
                 files,
                 run: vec![],
                 solution: format!(
@@ -148,7 +148,7 @@ fn build(ctx: &mut Ctx) -> Spec {
                      rows. Sort those lines alphabetically by the `{catc}` value.",
                     csv_intro(&t)
                 ),
-                category: "data-processing",
+                category: "data-processing".into(),
                 files,
                 run: vec![],
                 solution: format!(

@@ -61,6 +61,14 @@ impl Ctx {
         self.words(key, list, n)
     }
 
+    /// `n` distinct words of the split's half not used yet, left free for later draws:
+    /// the words of a file's bulk, which may repeat across files without running the
+    /// pool dry.
+    pub(crate) fn bulk_words(&mut self, list: &[&str], n: usize) -> Vec<String> {
+        let free: Vec<&str> = self.pool(list).into_iter().filter(|w| !self.used.iter().any(|u| u == w)).collect();
+        self.rng.sample(&free, n).into_iter().map(str::to_string).collect()
+    }
+
     /// Between `lo` and `hi` filler words (see [`Ctx::filler`]).
     pub(crate) fn some_filler(&mut self, list: &[&str], lo: i64, hi: i64) -> Vec<String> {
         let n = self.rng.range(lo, hi) as usize;
@@ -105,7 +113,7 @@ pub(crate) struct Spec {
     /// What the agent is told.
     pub(crate) instruction: String,
     /// Terminal-Bench's category.
-    pub(crate) category: &'static str,
+    pub(crate) category: String,
     /// Files copied into `/app` (path relative to `/app`, contents).
     pub(crate) files: Vec<(String, String)>,
     /// Dockerfile `RUN` commands after the copy (in `/app`).

@@ -5,10 +5,10 @@
 
 use super::draw::{py_ints, Ctx, Spec};
 use super::vocab::WORDS;
-use super::Family;
+use super::CodeFamily;
 
 /// The family.
-pub(crate) const FAMILY: Family = Family {
+pub(crate) const FAMILY: CodeFamily = CodeFamily {
     name: "fix-script",
     summary: "fix the one bug of a short Python or bash script that reads numbers from a file",
     levels: [
@@ -246,7 +246,7 @@ fn build(ctx: &mut Ctx) -> Spec {
              way it is called.",
             desc = p.describe(),
         ),
-        category: "debugging",
+        category: "debugging".into(),
         files: vec![(script.clone(), broken), (data.clone(), data_text)],
         run: vec![],
         solution: format!("cat > /app/{script} <<'EOF'\n{fixed}EOF\n"),

@@ -6,10 +6,10 @@ use serde_json::{json, Map, Value};
 
 use super::draw::{py, Ctx, Spec};
 use super::vocab::WORDS;
-use super::Family;
+use super::CodeFamily;
 
 /// The family.
-pub(crate) const FAMILY: Family = Family {
+pub(crate) const FAMILY: CodeFamily = CodeFamily {
     name: "json-edit",
     summary: "edit a JSON file: set a field, set a nested one and remove another, or update matching objects",
     levels: [
@@ -109,7 +109,7 @@ fn top_level(ctx: &mut Ctx) -> Spec {
             "In the JSON file /app/{file}, change the value of the field `{key}` to {value} (a number). Keep every \
              other field as it is."
         ),
-        category: "file-operations",
+        category: "file-operations".into(),
         files: vec![(file.clone(), pretty(&before))],
         run: vec![],
         solution: solution(&file, &format!("d[\"{key}\"] = {value}")),
@@ -152,7 +152,7 @@ fn nested(ctx: &mut Ctx) -> Spec {
             "In the JSON file /app/{file}, set the field `{key}` inside the `{sec}` object to {value} (a number), \
              and remove the top-level field `{del}`. Keep everything else as it is."
         ),
-        category: "file-operations",
+        category: "file-operations".into(),
         files: vec![(file.clone(), pretty(&before))],
         run: vec![],
         solution: solution(&file, &format!("d[\"{sec}\"][\"{key}\"] = {value}\ndel d[\"{del}\"]")),
@@ -199,7 +199,7 @@ fn list(ctx: &mut Ctx) -> Spec {
             "The file /app/{file} holds a JSON list of objects. For every object whose `{cat_key}` is \"{cat}\", set \
              its `{num_key}` to {value} (a number). Leave the other objects unchanged and keep the list in its order."
         ),
-        category: "file-operations",
+        category: "file-operations".into(),
         files: vec![(file.clone(), pretty(&before))],
         run: vec![],
         solution: solution(

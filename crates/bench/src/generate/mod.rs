@@ -25,6 +25,7 @@
 mod archive;
 mod count_lines;
 mod csv_column;
+mod data;
 mod draw;
 mod fix_script;
 mod json_edit;
@@ -37,6 +38,8 @@ mod vocab;
 mod write;
 
 use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
@@ -68,38 +71,104 @@ impl Split {
     }
 }
 
+/// How a family builds an instance.
+#[derive(Debug, Clone)]
+enum Builder {
+    /// Written in Rust (the first eight families).
+    Code(fn(&mut Ctx) -> Spec),
+    /// Read from a family file (`docs/tasks.md`, "Task families as data").
+    Data(Arc<data::DataFamily>),
+}
+
 /// A kind of task.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct Family {
     /// Its name (`--family NAME`).
-    pub name: &'static str,
+    pub name: String,
     /// One line: what its tasks ask.
-    pub summary: &'static str,
+    pub summary: String,
     /// What each level adds, from level 1.
-    pub levels: [&'static str; MAX_LEVEL as usize],
-    build: fn(&mut Ctx) -> Spec,
+    pub levels: Vec<String>,
+    /// Where it was defined: `built in`, or the family file it was read from.
+    pub origin: String,
+    build: Builder,
 }
 
-/// Every family, in the order mixed sets cycle through them.
-pub fn families() -> &'static [Family] {
-    const ALL: &[Family] = &[
-        count_lines::FAMILY,
-        rename_files::FAMILY,
-        replace_text::FAMILY,
-        json_edit::FAMILY,
-        csv_column::FAMILY,
-        fix_script::FAMILY,
-        archive::FAMILY,
-        pipeline::FAMILY,
-    ];
-    ALL
+/// A family written in Rust.
+#[derive(Debug)]
+pub(crate) struct CodeFamily {
+    pub(crate) name: &'static str,
+    pub(crate) summary: &'static str,
+    pub(crate) levels: [&'static str; MAX_LEVEL as usize],
+    pub(crate) build: fn(&mut Ctx) -> Spec,
 }
 
-/// The family called `name`.
-pub fn family(name: &str) -> Result<&'static Family, GenerateError> {
-    families().iter().find(|f| f.name == name).ok_or_else(|| GenerateError::UnknownFamily {
+impl CodeFamily {
+    fn family(&self) -> Family {
+        Family {
+            name: self.name.to_string(),
+            summary: self.summary.to_string(),
+            levels: self.levels.iter().map(|l| l.to_string()).collect(),
+            origin: BUILT_IN.to_string(),
+            build: Builder::Code(self.build),
+        }
+    }
+}
+
+/// The origin of the families that ship with the binary.
+pub const BUILT_IN: &str = "built in";
+
+/// The families written in Rust, in the order mixed sets cycle through them.
+const CODE_FAMILIES: &[CodeFamily] = &[
+    count_lines::FAMILY,
+    rename_files::FAMILY,
+    replace_text::FAMILY,
+    json_edit::FAMILY,
+    csv_column::FAMILY,
+    fix_script::FAMILY,
+    archive::FAMILY,
+    pipeline::FAMILY,
+];
+
+/// The built-in families: the Rust ones, then the family files that ship with the
+/// binary (`crates/bench/families/`), in the order mixed sets cycle through them.
+pub fn builtin_families() -> Result<Vec<Family>, GenerateError> {
+    let mut out: Vec<Family> = CODE_FAMILIES.iter().map(CodeFamily::family).collect();
+    for (file, text) in data::BUILT_IN {
+        out.push(data::parse(text, &format!("{BUILT_IN} ({file})"))?);
+    }
+    Ok(out)
+}
+
+/// Every built-in family (see [`builtin_families`]; a test holds that every built-in
+/// family file loads, so none is left out here).
+pub fn families() -> Vec<Family> {
+    builtin_families().unwrap_or_else(|_| CODE_FAMILIES.iter().map(CodeFamily::family).collect())
+}
+
+/// The built-in families and those of the family files in `dirs` (`*.toml`, sorted by
+/// file name, after the built-in ones); a name used twice is refused.
+pub fn catalog(dirs: &[PathBuf]) -> Result<Vec<Family>, GenerateError> {
+    let mut out = builtin_families()?;
+    for dir in dirs {
+        for fam in data::load_dir(dir)? {
+            if let Some(first) = out.iter().find(|f| f.name == fam.name) {
+                return Err(GenerateError::Family {
+                    origin: fam.origin.clone(),
+                    reason: format!("the name `{}` is taken by the family of {}; rename one", fam.name, first.origin),
+                });
+            }
+            out.push(fam);
+        }
+    }
+    Ok(out)
+}
+
+/// The family called `name` among `all`.
+pub fn family<'a>(all: &'a [Family], name: &str) -> Result<&'a Family, GenerateError> {
+    all.iter().find(|f| f.name == name).ok_or_else(|| GenerateError::UnknownFamily {
         name: name.to_string(),
-        known: families().iter().map(|f| f.name).collect::<Vec<_>>().join(", "),
+        known: all.iter().map(|f| f.name.as_str()).collect::<Vec<_>>().join(", "),
     })
 }
 
@@ -124,6 +193,8 @@ pub enum GenerateError {
          choose another folder)"
     )]
     Clash { path: String },
+    #[error("task family {origin}: {reason}")]
+    Family { origin: String, reason: String },
     #[error("{path}: {source}")]
     Io {
         path: String,
@@ -137,7 +208,7 @@ pub enum GenerateError {
 pub struct GeneratedTask {
     /// Folder name: `FAMILY-lLEVEL-SPLIT-SEED-INDEX`.
     pub name: String,
-    pub family: &'static str,
+    pub family: String,
     pub level: u8,
     pub split: Split,
     pub seed: u64,
@@ -155,6 +226,8 @@ pub struct GeneratedTask {
 pub struct GenerateOptions {
     /// Families to cycle through (empty: all of them).
     pub families: Vec<String>,
+    /// Folders of family files to read besides the built-in families.
+    pub family_dirs: Vec<PathBuf>,
     /// Levels to cycle through, once per round of families (empty: level 1).
     pub levels: Vec<u8>,
     pub split: Split,
@@ -176,7 +249,7 @@ fn instance_seed(family: &str, level: u8, split: Split, seed: u64, index: u32) -
 
 /// One instance of a family (a pure function of its arguments).
 pub fn instance(
-    family: &'static Family,
+    family: &Family,
     level: u8,
     split: Split,
     seed: u64,
@@ -185,14 +258,17 @@ pub fn instance(
     if !(1..=MAX_LEVEL).contains(&level) {
         return Err(GenerateError::BadLevel { level });
     }
-    let mut ctx = Ctx::new(Rng::new(instance_seed(family.name, level, split, seed, index)), split, level);
-    let spec = (family.build)(&mut ctx);
+    let mut ctx = Ctx::new(Rng::new(instance_seed(&family.name, level, split, seed, index)), split, level);
+    let spec = match &family.build {
+        Builder::Code(build) => build(&mut ctx),
+        Builder::Data(data) => data.build(&mut ctx, &family.origin)?,
+    };
     let name = format!("{}-l{level}-{}-{seed}-{index:04}", family.name, split.as_str());
-    let id = tb1::Identity { family: family.name, level, split, seed, index };
+    let id = tb1::Identity { family: &family.name, level, split, seed, index };
     let files = tb1::assemble(&id, &spec);
     Ok(GeneratedTask {
         name,
-        family: family.name,
+        family: family.name.clone(),
         level,
         split,
         seed,
@@ -209,10 +285,11 @@ pub fn generate(opts: &GenerateOptions) -> Result<Vec<GeneratedTask>, GenerateEr
     if opts.count == 0 {
         return Err(GenerateError::NoTasks);
     }
-    let fams: Vec<&'static Family> = if opts.families.is_empty() {
-        families().iter().collect()
+    let all = catalog(&opts.family_dirs)?;
+    let fams: Vec<&Family> = if opts.families.is_empty() {
+        all.iter().collect()
     } else {
-        opts.families.iter().map(|n| family(n)).collect::<Result<_, _>>()?
+        opts.families.iter().map(|n| family(&all, n)).collect::<Result<_, _>>()?
     };
     let levels = if opts.levels.is_empty() { vec![1] } else { opts.levels.clone() };
     if let Some(bad) = levels.iter().find(|l| !(1..=MAX_LEVEL).contains(*l)) {

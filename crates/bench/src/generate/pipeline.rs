@@ -4,10 +4,10 @@
 
 use super::draw::{answer_exists_test, lines, py, py_list, Ctx, Spec};
 use super::vocab::WORDS;
-use super::Family;
+use super::CodeFamily;
 
 /// The family.
-pub(crate) const FAMILY: Family = Family {
+pub(crate) const FAMILY: CodeFamily = CodeFamily {
     name: "pipeline",
     summary: "answer a question about a word list or a log with sort, uniq, head and awk",
     levels: [
@@ -50,7 +50,7 @@ fn distinct(ctx: &mut Ctx) -> Spec {
             "The file /app/{file} has one word per line, and some words repeat. Write each distinct word once to \
              /app/answer.txt, one per line, sorted alphabetically."
         ),
-        category: "data-processing",
+        category: "data-processing".into(),
         files: vec![(file.clone(), text)],
         run: vec![],
         solution: format!("LC_ALL=C sort -u /app/{file} > /app/answer.txt\n"),
@@ -78,7 +78,7 @@ fn most_frequent(ctx: &mut Ctx) -> Spec {
             "The file /app/{file} has one word per line. Find the word that occurs most often and write only that \
              word to /app/answer.txt."
         ),
-        category: "data-processing",
+        category: "data-processing".into(),
         files: vec![(file.clone(), text)],
         run: vec![],
         solution: format!("sort /app/{file} | uniq -c | sort -rn | head -n 1 | awk '{{print $2}}' > /app/answer.txt\n"),
@@ -120,7 +120,7 @@ fn top_users(ctx: &mut Ctx) -> Spec {
              whose STATUS is `{status}`. Write them to /app/answer.txt, the user with the most such lines first, one \
              per line as `COUNT USER` (for example `4 NAME`)."
         ),
-        category: "data-processing",
+        category: "data-processing".into(),
         files: vec![(file.clone(), lines(&rows))],
         run: vec![],
         solution: format!(

@@ -4,10 +4,10 @@
 
 use super::draw::{phrase, py_dict, py_list, Ctx, Spec};
 use super::vocab::{EXTS, WORDS};
-use super::Family;
+use super::CodeFamily;
 
 /// The family.
-pub(crate) const FAMILY: Family = Family {
+pub(crate) const FAMILY: CodeFamily = CodeFamily {
     name: "rename-files",
     summary: "rename the files of a folder: another extension, no spaces, or a name read from the file",
     levels: [
@@ -87,7 +87,7 @@ fn extension(ctx: &mut Ctx) -> Spec {
              Leave the other files as they are.",
             ex = names[0]
         ),
-        category: "file-operations",
+        category: "file-operations".into(),
         files,
         run: vec![],
         solution: format!("cd /app/{dir}\nfor f in *.{old}; do mv -- \"$f\" \"${{f%.{old}}}.{new}\"; done\n"),
@@ -121,7 +121,7 @@ fn spaces(ctx: &mut Ctx) -> Spec {
              name becomes an underscore (for example `{ex}` becomes `{ex_new}`). Keep their contents, and leave \
              the files without spaces as they are."
         ),
-        category: "file-operations",
+        category: "file-operations".into(),
         files,
         run: vec![],
         solution: format!("cd /app/{dir}\nfor f in *' '*; do mv -- \"$f\" \"${{f// /_}}\"; done\n"),
@@ -160,7 +160,7 @@ fn by_id(ctx: &mut Ctx) -> Spec {
              123.txt). Keep the contents.\n\
              Files that do not end in .txt stay as they are."
         ),
-        category: "file-operations",
+        category: "file-operations".into(),
         files,
         run: vec![],
         solution: format!(

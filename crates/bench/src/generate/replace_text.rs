@@ -4,10 +4,10 @@
 
 use super::draw::{lines, phrase, py, py_dict, Ctx, Spec};
 use super::vocab::{EXTS, WORDS};
-use super::Family;
+use super::CodeFamily;
 
 /// The family.
-pub(crate) const FAMILY: Family = Family {
+pub(crate) const FAMILY: CodeFamily = CodeFamily {
     name: "replace-text",
     summary: "replace a word with another in text files (sed), optionally deleting lines",
     levels: [
@@ -55,7 +55,7 @@ fn one_file(ctx: &mut Ctx) -> Spec {
         instruction: format!(
             "In the file /app/{file}, replace every occurrence of the word `{old}` with `{new}`. Change nothing else."
         ),
-        category: "file-operations",
+        category: "file-operations".into(),
         files: vec![(file.clone(), before)],
         run: vec![],
         solution: format!("sed -i 's/{old}/{new}/g' /app/{file}\n"),
@@ -97,7 +97,7 @@ fn folder(ctx: &mut Ctx) -> Spec {
             "In every file of the folder /app/{dir} whose name ends in `.txt`, replace each occurrence of the word \
              `{old}` with `{new}`. Change nothing else; files with other endings must stay exactly as they are."
         ),
-        category: "file-operations",
+        category: "file-operations".into(),
         files,
         run: vec![],
         solution: format!("sed -i 's/{old}/{new}/g' /app/{dir}/*.txt\n"),
@@ -148,7 +148,7 @@ fn delete_and_replace(ctx: &mut Ctx) -> Spec {
             "Edit the file /app/{file}: delete every line that contains the word `{drop}`, and in the lines that \
              remain replace every `{old}` with `{new}`. Keep the remaining lines in their order."
         ),
-        category: "file-operations",
+        category: "file-operations".into(),
         files: vec![(file.clone(), before)],
         run: vec![],
         solution: format!("sed -i -e '/{drop}/d' -e 's/{old}/{new}/g' /app/{file}\n"),
