@@ -26,6 +26,8 @@ pub(crate) const BUILT_IN: &[(&str, &str)] = &[
     ("symlinks.toml", include_str!("../../../families/symlinks.toml")),
     ("base64.toml", include_str!("../../../families/base64.toml")),
     ("sort-rows.toml", include_str!("../../../families/sort-rows.toml")),
+    ("file-modes.toml", include_str!("../../../families/file-modes.toml")),
+    ("extract-matches.toml", include_str!("../../../families/extract-matches.toml")),
 ];
 
 /// The least number of phrasings a level offers.

@@ -249,6 +249,13 @@ fn environment(state: &Arc<Mutex<Ctx>>) -> Environment<'static> {
         draw(&mut |c| Ok(Value::from(c.rng.range(lo, hi))))
     });
     let draw = with(state);
+    env.add_function("nums", move |n: usize, lo: i64, hi: i64| {
+        if lo > hi {
+            return Err(op_error(format!("nums({n}, {lo}, {hi}): low above high")));
+        }
+        draw(&mut |c| Ok(Value::from((0..n).map(|_| c.rng.range(lo, hi)).collect::<Vec<i64>>())))
+    });
+    let draw = with(state);
     env.add_function("word", move || {
         draw(&mut |c| {
             let w = c.filler(WORDS, 1);
