@@ -112,6 +112,7 @@ pub async fn run(args: RunArgs, project: Headless) -> anyhow::Result<u8> {
         args.no_hooks,
     )?;
     let mcp_servers = project.settings.mcp_servers.clone();
+    let skills = project.settings.skills.clone();
     if let Some(note) = hooks_note {
         printer.notice(&note);
     }
@@ -166,6 +167,7 @@ pub async fn run(args: RunArgs, project: Headless) -> anyhow::Result<u8> {
         request.trajectory = trajectory.clone();
         request.hooks = hooks.clone();
         request.mcp_servers = mcp_servers.clone();
+        request.skills = skills.clone();
         let mut on_notice = |n: String| notices.push(n);
         match build_episode(&engine, &config, model.as_ref(), request, &mut on_notice).await {
             Ok(episode) => Ok((episode, task_run, notices)),

@@ -151,6 +151,7 @@ pub async fn run(
         trajectory: None,
         hooks: hooks.clone(),
         mcp_servers: settings.mcp_servers.clone(),
+        skills: settings.skills.clone(),
     };
     // An impossible `--tool-format native` is refused by the builder, before any
     // container exists; each session then resolves the format against its model (a

@@ -60,6 +60,25 @@ pub struct Config {
     /// one-sentence descriptions, a short prompt) for small models. Unset: full (the
     /// compact prompt is measured in docs/benchmarks.md and not yet the default).
     pub prompt_profile: Option<PromptProfile>,
+    /// Skills (`[skills]`): folders with a `SKILL.md` in the project and the user's folders.
+    pub skills: SkillsSettings,
+}
+
+/// `[skills]`: whether skills are offered, and how much of the prompt their list takes.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct SkillsSettings {
+    /// List the skills in the system prompt and offer the `skill` tool (default on).
+    pub enabled: bool,
+    /// Characters of the system prompt the list may take; the skills beyond it are
+    /// listed by name only.
+    pub prompt_budget: usize,
+}
+
+impl Default for SkillsSettings {
+    fn default() -> Self {
+        Self { enabled: true, prompt_budget: crate::skills::DEFAULT_PROMPT_BUDGET }
+    }
 }
 
 /// How much of the system prompt and tool list a model gets.

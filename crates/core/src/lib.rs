@@ -13,4 +13,5 @@ pub mod hooks;
 pub mod mcp;
 pub mod project;
 pub mod sandbox_network;
+pub mod skills;
 pub mod tools;

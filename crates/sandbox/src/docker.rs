@@ -73,6 +73,12 @@ impl Engine {
         &self.info.name
     }
 
+    /// Whether the engine runs on this computer (a Unix socket that is not an `ssh`
+    /// tunnel's), so that a host folder can be bound into its containers.
+    pub fn shares_host_paths(&self) -> bool {
+        matches!(self.info.endpoint, Endpoint::Unix(_)) && self.info._tunnel.is_none()
+    }
+
     /// The engine's version, as it reports it.
     pub fn version(&self) -> &str {
         &self.info.version

@@ -43,6 +43,8 @@ pub enum Effect {
     ListSessions,
     /// Show the MCP servers' state and tools.
     ShowMcp,
+    /// Show the skills found and where.
+    ShowSkills,
     /// Go back to checkpoint `index`.
     Rewind { index: usize, mode: super::rewind::RewindMode },
     /// Load a saved session into a fresh context.

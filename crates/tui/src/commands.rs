@@ -74,6 +74,7 @@ pub fn run_slash(app: &mut App, line: &str) -> Vec<Effect> {
             effects
         }
         "mcp" => vec![Effect::ShowMcp],
+        "skills" => vec![Effect::ShowSkills],
         "rewind" => {
             app.open_rewind();
             Vec::new()

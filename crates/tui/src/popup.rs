@@ -19,6 +19,7 @@ pub const SLASH_COMMANDS: &[SlashCommand] = &[
     SlashCommand { name: "model", help: "show or switch the model: /model SPEC" },
     SlashCommand { name: "approval", help: "show or set the approval mode: ask, auto-edit, auto, plan" },
     SlashCommand { name: "mcp", help: "MCP servers: their state and tools" },
+    SlashCommand { name: "skills", help: "the skills found, and from where" },
     SlashCommand { name: "resume", help: "list saved sessions, or resume one: /resume ID" },
     SlashCommand { name: "rewind", help: "go back to before a message: code, conversation or both (Esc Esc)" },
     SlashCommand { name: "todo", help: "show the agent's todo list" },

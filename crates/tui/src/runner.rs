@@ -292,6 +292,7 @@ impl Runner {
                     self.restart(model, keep_conversation, String::new(), guard).await?
                 }
                 Effect::ListSessions => self.list_sessions(),
+                Effect::ShowSkills => self.app.info(self.ctx.prompt.skills.describe()),
                 Effect::ShowMcp => {
                     let status = self.ctx.mcp.as_ref().map(|m| m.status()).unwrap_or_default();
                     self.app.info(super::mcp_view::describe(&status));

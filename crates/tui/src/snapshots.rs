@@ -359,3 +359,35 @@ fn escape_sequences_and_bidi_text_from_the_model_and_tools_are_drawn_escaped() {
     assert!(!raw.chars().any(super::sanitize::is_unsafe), "a control or bidi character reached a cell");
     assert_snapshot!("escaped_control_and_bidi_text", b);
 }
+
+#[test]
+fn skills_listed() {
+    use agent_core::skills::{Skill, SkillSource, Skills};
+    let mut a = app(ApprovalMode::Ask);
+    let skill = |name: &str, source: SkillSource, shown: &str, description: &str| Skill {
+        name: name.into(),
+        description: description.into(),
+        allowed_tools: if name == "changelog" { vec!["Bash(python3:*)".into(), "Read".into()] } else { Vec::new() },
+        body: String::new(),
+        source,
+        dir: "/x".into(),
+        shown_path: shown.into(),
+        files: Vec::new(),
+        sandbox_dir: None,
+    };
+    let skills = Skills {
+        skills: vec![
+            skill("changelog", SkillSource::Project, ".claude/skills/changelog/SKILL.md", "Add an entry to CHANGELOG.md."),
+            skill("pdf-report", SkillSource::User, "~/.claude/skills/pdf-report/SKILL.md", "Turn Markdown into a PDF."),
+        ],
+        notices: vec![
+            "the skill ~/.claude/skills/changelog/SKILL.md is not used: a skill named `changelog` was already found in .claude/skills/changelog/SKILL.md".into(),
+        ],
+    };
+    a.info(skills.describe());
+    let b = screen(&mut a, 80, 16);
+    let t = text_of(&b);
+    assert!(t.contains("skills (2):") && t.contains("changelog · project · .claude/skills/changelog/SKILL.md"), "{t}");
+    assert!(t.contains("pdf-report · user · ~/.claude/skills/pdf-report/SKILL.md"), "{t}");
+    assert_snapshot!("skills_listed", b);
+}

@@ -48,6 +48,8 @@ pub struct TrustPrompt {
     pub refused: Vec<String>,
     /// What changed since the project was trusted, if it was.
     pub changes: Option<Changes>,
+    /// The project's skills `(name, description, SKILL.md)`: listed, they need no trust.
+    pub skills: Vec<(String, String, String)>,
     /// Where the decision is kept.
     pub trust_file: String,
 }
@@ -68,6 +70,11 @@ impl TrustPrompt {
             items,
             refused: project.asks.iter().filter(|a| a.kind == AskKind::Refused).map(|a| a.text.clone()).collect(),
             changes: project.changes(),
+            skills: project
+                .skills
+                .project()
+                .map(|s| (s.name.clone(), s.description.clone(), s.shown_path.clone()))
+                .collect(),
             trust_file: trust_file.display().to_string(),
         }
     }
@@ -145,6 +152,20 @@ impl TrustDialog {
         }
         for r in &p.refused {
             lines.push(Line::from(Span::styled(format!("  ✗ {r}"), Style::new().fg(Color::Red))));
+        }
+        if !p.skills.is_empty() {
+            lines.push(Line::raw(""));
+            lines.push(Line::raw(
+                "Skills it brings (prompt text, and scripts that run only in the sandbox; they need no trust):",
+            ));
+            for (name, description, file) in &p.skills {
+                lines.push(Line::from(vec![
+                    Span::raw("  · "),
+                    Span::styled(name.clone(), bold),
+                    Span::raw(format!(": {description}")),
+                    Span::styled(format!("  ({file})"), dim),
+                ]));
+            }
         }
         lines.push(Line::raw(""));
         lines.push(Line::from(Span::styled(
@@ -243,6 +264,7 @@ mod tests {
             ],
             refused: vec![".agent/settings.local.json is refused: it leads out of the project (to /etc/x)".into()],
             changes: None,
+            skills: Vec::new(),
             trust_file: "/home/dev/.config/agent/trusted-projects.toml".into(),
         }
     }
@@ -278,6 +300,27 @@ mod tests {
         let text = b.to_string();
         assert!(text.contains("MY_CLOUD_SECRET") && text.contains("pwned.txt") && text.contains("refused"), "{text}");
         assert_snapshot!("trust_dialog", b);
+    }
+
+    #[test]
+    fn the_dialog_lists_the_project_skills() {
+        let mut p = hostile();
+        p.skills = vec![
+            (
+                "changelog".into(),
+                "Add an entry to CHANGELOG.md in the project's format.".into(),
+                ".claude/skills/changelog/SKILL.md".into(),
+            ),
+            (
+                "pdf-report".into(),
+                "Turn Markdown into a PDF report.".into(),
+                ".agents/skills/pdf-report/SKILL.md".into(),
+            ),
+        ];
+        let b = screen(&TrustDialog::new(p));
+        let text = b.to_string();
+        assert!(text.contains("Skills it brings") && text.contains("changelog: Add an entry"), "{text}");
+        assert_snapshot!("trust_dialog_skills", b);
     }
 
     #[test]

@@ -13,10 +13,11 @@ use std::time::Duration;
 use crate::config::{Config, EpisodeLimits, PromptProfile};
 use crate::hooks::Hooks;
 use crate::mcp::{McpHub, McpServerConfig};
+use crate::skills::{place, skills_section, Skills};
 use crate::tools::{SpecError, ToolFormat, ToolSpecs};
 use agent_llm::ModelBackend;
 use agent_protocol::{ApprovalMode, EndReason};
-use agent_sandbox::{Engine, Sandbox, SandboxError, Shell};
+use agent_sandbox::{Engine, Mount, Sandbox, SandboxError, Shell};
 
 use super::executor::ToolExecutor;
 use super::prompt::{render_system_prompt, SMALL_SYSTEM_TEMPLATE, SYSTEM_TEMPLATE};
@@ -93,6 +94,9 @@ pub struct EpisodeRequest {
     /// MCP servers to start for the episode (the config's, plus `.mcp.json` where the
     /// front end has a project).
     pub mcp_servers: BTreeMap<String, McpServerConfig>,
+    /// The skills to offer (the project's and the user's, where the front end has a
+    /// project; none by default).
+    pub skills: Skills,
 }
 
 impl EpisodeRequest {
@@ -108,6 +112,7 @@ impl EpisodeRequest {
             trajectory: None,
             hooks: Hooks::default(),
             mcp_servers: config.mcp_servers.clone(),
+            skills: Skills::default(),
         }
     }
 }
@@ -119,12 +124,27 @@ pub struct PromptParts {
     pub template: String,
     pub cwd: String,
     pub project_instructions: Option<String>,
+    /// The skills listed in the prompt (and shown by `/skills`).
+    pub skills: Arc<Skills>,
+    /// The characters the skill list may take.
+    pub skills_budget: usize,
 }
 
 impl PromptParts {
     /// The system prompt for a resolved format.
+    /// The skill list goes where the template says `{{skills}}`, else at the end.
     pub fn render(&self, specs: &ToolSpecs, format: ToolFormat) -> String {
-        render_system_prompt(&self.template, specs, &self.cwd, self.project_instructions.as_deref(), format)
+        let section = skills_section(&self.skills, self.skills_budget).unwrap_or_default();
+        let template = self.template.replace("{{skills}}", &section);
+        let prompt = render_system_prompt(&template, specs, &self.cwd, self.project_instructions.as_deref(), format);
+        if section.is_empty() || self.template.contains("{{skills}}") {
+            return prompt;
+        }
+        format!(
+            "{prompt}
+
+{section}"
+        )
     }
 }
 
@@ -163,12 +183,27 @@ pub async fn build_episode(
     }
     let tool_format =
         config.tool_format.resolve(&model.name(), model.native_tools()).map_err(EpisodeError::ToolFormat)?;
+    let mut skills = if config.skills.enabled { request.skills } else { Skills::default() };
+    if !skills.is_empty() {
+        specs = specs.with_skill_tool()?;
+    }
+    for notice in &skills.notices {
+        on_notice(notice.clone());
+    }
     let (sandbox, owned) = match request.container {
-        ContainerSource::Started(sandbox) => (sandbox, false),
+        ContainerSource::Started(sandbox) => {
+            // A container someone else started cannot get mounts: only skills already
+            // in it (none that we know of) have their files there.
+            place(&mut skills, &[], false);
+            (sandbox, false)
+        }
         ContainerSource::Image(wanted) => {
-            (start_container(engine, config, &wanted, &request.run_id, &request.episode_id, on_notice).await?, true)
+            let mounts = place(&mut skills, &wanted.binds, engine.shares_host_paths());
+            let ids = (request.run_id.as_str(), request.episode_id.as_str());
+            (start_container(engine, config, &wanted, mounts, ids, on_notice).await?, true)
         }
     };
+    let skills = Arc::new(skills);
     let shell = match Shell::start(&sandbox, config.sandbox.max_output_bytes).await {
         Ok(shell) => shell,
         Err(e) => {
@@ -196,6 +231,8 @@ pub async fn build_episode(
         }),
         cwd: shell.cwd().to_string(),
         project_instructions: read_project_instructions(&sandbox, shell.cwd()).await,
+        skills: skills.clone(),
+        skills_budget: config.skills.prompt_budget,
     };
     let session = SessionConfig {
         limits: request.limits,
@@ -220,6 +257,7 @@ pub async fn build_episode(
         config.sandbox.max_output_bytes,
     );
     executor.set_mcp(mcp.clone());
+    executor.set_skills((!skills.is_empty()).then_some(skills));
     Ok(Episode { sandbox, owned, session, executor, specs, prompt, mcp })
 }
 
@@ -237,13 +275,14 @@ fn with_mcp_tools(builtin: ToolSpecs, hub: &McpHub, on_notice: &mut (dyn FnMut(S
     ToolSpecs::from_specs(all).unwrap_or(builtin)
 }
 
-/// Starts the container of an [`ImageContainer`] with the config's limits.
+/// Starts the container of an [`ImageContainer`] with the config's limits and `mounts`
+/// (the skills' read-only folders); `ids` are the run's and the episode's.
 async fn start_container(
     engine: &Engine,
     config: &Config,
     wanted: &ImageContainer,
-    run_id: &str,
-    episode_id: &str,
+    mounts: Vec<Mount>,
+    (run_id, episode_id): (&str, &str),
     on_notice: &mut (dyn FnMut(String) + Send),
 ) -> Result<Sandbox, SandboxError> {
     let image = agent_sandbox::resolve_image(engine, &config.image_map, &wanted.image, &mut |n| on_notice(n)).await?;
@@ -252,6 +291,7 @@ async fn start_container(
     cfg.binds = wanted.binds.clone();
     cfg.workdir = wanted.workdir.clone();
     cfg.name_prefix = wanted.name_prefix.clone();
+    cfg.mounts.extend(mounts);
     Sandbox::start(engine, &cfg).await
 }
 

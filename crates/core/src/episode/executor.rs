@@ -7,6 +7,7 @@ use serde_json::{Map, Value};
 use tokio_util::sync::CancellationToken;
 
 use crate::mcp::McpHub;
+use crate::skills::Skills;
 use crate::tools::Action;
 use agent_sandbox::{resolve_path, sanitize, FileData, FileKind, OutputCollector, SandboxError, Shell};
 
@@ -62,6 +63,8 @@ pub struct ToolExecutor {
     background_jobs: u32,
     /// The MCP servers whose tools the model may call.
     mcp: Option<Arc<McpHub>>,
+    /// The skills the `skill` tool loads; `None` when none are offered.
+    skills: Option<Arc<Skills>>,
 }
 
 fn str_arg<'a>(args: &'a Map<String, Value>, key: &str) -> Option<&'a str> {
@@ -87,7 +90,13 @@ impl ToolExecutor {
             scratchpad: String::new(),
             background_jobs: 0,
             mcp: None,
+            skills: None,
         }
+    }
+
+    /// Hands the skills the `skill` tool loads to this executor.
+    pub fn set_skills(&mut self, skills: Option<Arc<Skills>>) {
+        self.skills = skills;
     }
 
     /// Hands the MCP servers' tools to this executor.
@@ -134,6 +143,15 @@ impl ToolExecutor {
             "search" => self.search(args).await,
             "todo" => Ok(self.todo(args)),
             "scratchpad" => Ok(self.scratchpad(args)),
+            "skill" if self.skills.is_some() => {
+                let name = str_arg(args, "name").unwrap_or_default();
+                let skills = self.skills.as_deref().map(|s| crate::skills::load_skill(s, name));
+                Ok(match skills {
+                    Some(Ok(text)) => ToolOutcome::ok("skill", text),
+                    Some(Err(e)) => ToolOutcome::err("skill", e),
+                    None => ToolOutcome::err("skill", "no skills are offered"),
+                })
+            }
             "finish" => {
                 let message = str_arg(args, "message").unwrap_or_default().to_string();
                 let mut out = ToolOutcome::ok("finish", "the episode ends");

@@ -115,7 +115,7 @@ fn failed_again(call: &ObservationRecord, before: Option<i64>) -> Option<i64> {
 fn may_change(call: &ObservationRecord) -> bool {
     match call.tool.as_str() {
         "file" => matches!(call.args.get("action").and_then(Value::as_str), Some("write" | "edit" | "multi_edit")),
-        "search" | "todo" | "scratchpad" | "finish" => false,
+        "search" | "todo" | "scratchpad" | "skill" | "finish" => false,
         _ => true,
     }
 }

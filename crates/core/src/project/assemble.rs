@@ -42,6 +42,8 @@ pub struct ProjectSettings {
     pub ignored: Vec<Ask>,
     /// How much was applied.
     pub apply: Apply,
+    /// The project's skills, then the user's (see [`super::Project::settings`]).
+    pub skills: crate::skills::Skills,
 }
 
 impl ProjectSettings {
@@ -137,7 +139,7 @@ pub(crate) fn assemble_asks(
         }
     }
     let commands = if apply == Apply::Nothing { Vec::new() } else { files.commands.clone() };
-    Ok(ProjectSettings { config, hooks, mcp_servers, commands, asks, ignored, apply })
+    Ok(ProjectSettings { config, hooks, mcp_servers, commands, asks, ignored, apply, skills: Default::default() })
 }
 
 /// Removes `key` (a path of table names) from `table`.

@@ -50,6 +50,9 @@ pub struct Project {
     pub asks: Vec<Ask>,
     /// The user's decision.
     pub state: TrustState,
+    /// The project's skills: prompt text and sandboxed scripts, which need no trust (the
+    /// trust dialog lists them).
+    pub skills: crate::skills::Skills,
 }
 
 /// What changed in a project's asks since it was trusted.
@@ -67,7 +70,8 @@ impl Project {
         let files = ProjectFiles::read(dir)?;
         let asks = asks::asks_of(&files, &user.config, &user_file(user));
         let state = store.state(&files);
-        Ok(Project { files, asks, state })
+        let skills = crate::skills::discover_project(&files.root);
+        Ok(Project { files, asks, state, skills })
     }
 
     /// Whether the user must decide before the project's settings are all used: it
@@ -110,8 +114,13 @@ impl Project {
     }
 
     /// The settings of a session in this project, `apply` deciding how much of it is used.
+    /// The project's skills are used however much it is trusted (they need no trust),
+    /// and win over the user's of the same name.
     pub fn settings(&self, user: &UserConfig, apply: Apply) -> Result<ProjectSettings, ProjectError> {
-        assemble::assemble_asks(user, &self.files, self.asks.clone(), apply)
+        let mut settings = assemble::assemble_asks(user, &self.files, self.asks.clone(), apply)?;
+        let user_skills = crate::skills::discover(&crate::skills::user_roots());
+        settings.skills = self.skills.clone().merged(user_skills);
+        Ok(settings)
     }
 
     /// The dialog's lines (and what a trust decision records).

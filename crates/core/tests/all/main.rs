@@ -10,3 +10,4 @@ mod hooks_plan;
 mod mcp;
 mod repeated_calls;
 mod sandbox_files;
+mod skills;

@@ -12,6 +12,9 @@ const BUILTIN: &[(&str, &str)] = &[
     ("finish.yaml", include_str!("../../../../../tools/finish.yaml")),
 ];
 
+/// The `skill` tool's spec, offered only when the session has skills.
+const SKILL: (&str, &str) = ("skill.yaml", include_str!("../../../../../tools/skill.yaml"));
+
 /// An ordered set of tool specs with unique names.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ToolSpecs {
@@ -79,6 +82,16 @@ impl ToolSpecs {
             })
             .collect();
         ToolSpecs { specs }
+    }
+
+    /// This set with the `skill` tool added last (unless it has one already).
+    pub fn with_skill_tool(&self) -> Result<ToolSpecs, SpecError> {
+        if self.get("skill").is_some() {
+            return Ok(self.clone());
+        }
+        let mut specs = self.specs.clone();
+        specs.push(ToolSpec::from_yaml(SKILL.0, SKILL.1)?);
+        Ok(ToolSpecs { specs })
     }
 
     /// The spec of the tool with this name.
