@@ -24,7 +24,8 @@ use crate::mount::Mount;
 
 /// Entries of the workspace's root kept read-only (`.git` itself stays writable, see
 /// [`GIT_CONTROL_PATHS`]).
-pub const ROOT_CONTROL_PATHS: [&str; 6] = [".git", ".agent", ".mcp.json", ".envrc", ".vscode", ".idea"];
+pub const ROOT_CONTROL_PATHS: [&str; 8] =
+    [".git", ".agent", ".mcp.json", ".envrc", ".vscode", ".idea", ".claude", ".codex"];
 /// Entries of `.git` kept read-only: its config, hooks and info (exclude, attributes).
 pub const GIT_CONTROL_PATHS: [&str; 3] = ["config", "hooks", "info"];
 /// Entries of `.git` kept read-only when they exist: `commondir` (which moves the
