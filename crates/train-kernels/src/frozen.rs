@@ -2,36 +2,58 @@
 //! gradient. candle's matmul backward always computes both operands' gradients; for a
 //! LoRA run that is a third of all matrix work spent on weights nobody trains (and the
 //! tied LM head's gradient alone is vocabulary × hidden per token chunk).
+//!
+//! One custom op serves every device: its forward pass calls the backend's own matrix
+//! product on the input's and the weight's storage (generic over [`BackendStorage`], so
+//! the CPU runs exactly the code CUDA runs), its backward pass is `grad·W`. On the CPU,
+//! f32 goes through a copy-free gemm call instead unless [`crate::generic_only`] is set.
 
-use candle_core::{CpuStorage, CustomOp1, DType, Layout, Result, Shape, Storage, Tensor};
+use candle_core::backend::BackendStorage;
+use candle_core::{CpuStorage, CudaStorage, CustomOp1, DType, Layout, MetalStorage, Result, Shape, Storage, Tensor};
 
-/// The custom op: its argument is x (N×in), the weight (out×in) is captured.
+/// The custom op: its argument is x (…×in), the weight (out×in) is captured.
 struct FrozenMatmul {
     weight: Tensor,
 }
 
-/// `x·Wᵀ` with no gradient for `weight` (CPU; other devices use the plain product).
+/// `x·Wᵀ` with no gradient for `weight`, on any device (x is …×in, W out×in).
 pub fn frozen_matmul(x: &Tensor, weight: &Tensor) -> Result<Tensor> {
-    if !x.device().is_cpu() {
-        return x.matmul(&weight.t()?);
-    }
-    x.contiguous()?.apply_op1(FrozenMatmul { weight: weight.detach() })
+    x.contiguous()?.apply_op1(FrozenMatmul { weight: weight.detach().contiguous()? })
 }
 
-macro_rules! as_tensor {
-    ($v:expr, $l:expr) => {{
-        let (start, end) = $l
-            .contiguous_offsets()
-            .ok_or_else(|| candle_core::Error::Msg("frozen matmul needs a contiguous input".into()))?;
-        Tensor::from_slice(&$v[start..end], $l.shape(), &candle_core::Device::Cpu)?
-    }};
+fn msg(m: impl Into<String>) -> candle_core::Error {
+    candle_core::Error::Msg(m.into())
 }
 
 impl FrozenMatmul {
+    /// The product on one backend: x (contiguous, …×k) seen as M×k times Wᵀ, where Wᵀ is
+    /// W's layout transposed (no copy), by the backend's own matmul.
+    fn product<S: BackendStorage>(&self, x: &S, x_layout: &Layout, w: &S, w_layout: &Layout) -> Result<(S, Shape)> {
+        let dims = x_layout.dims();
+        let (&k, lead) = dims.split_last().ok_or_else(|| msg("frozen matmul: a scalar input"))?;
+        let (out, kw) = w_layout.shape().dims2()?;
+        if kw != k {
+            return Err(msg(format!("frozen matmul: input {dims:?} against weight {out}×{kw}")));
+        }
+        if !x_layout.is_contiguous() {
+            return Err(msg("frozen matmul needs a contiguous input"));
+        }
+        let m: usize = lead.iter().product();
+        let mut shape = lead.to_vec();
+        shape.push(out);
+        let x2 = Layout::contiguous_with_offset((m, k), x_layout.start_offset());
+        let wt = w_layout.transpose(0, 1)?;
+        let y = x.matmul(w, (1, m, out, k), &x2, &wt)?;
+        Ok((y, Shape::from(shape)))
+    }
+
     /// The f32 product straight from the input's and the weight's storage into the
     /// result's, with no copy on either side; `None` when the shapes or storage do not
-    /// suit (the general path then handles it).
+    /// suit (the generic path then handles it).
     fn gemm_f32(&self, v: &[f32], layout: &Layout) -> Result<Option<(CpuStorage, Shape)>> {
+        if crate::generic_only() {
+            return Ok(None);
+        }
         let (Some((xs, xe)), [n, k]) = (layout.contiguous_offsets(), layout.dims()) else { return Ok(None) };
         let (n, k) = (*n, *k);
         let (w_storage, w_layout) = self.weight.storage_and_layout();
@@ -88,24 +110,32 @@ impl CustomOp1 for FrozenMatmul {
                 return Ok(done);
             }
         }
-        let x = match storage {
-            CpuStorage::F32(v) => as_tensor!(v, layout),
-            CpuStorage::F64(v) => as_tensor!(v, layout),
-            CpuStorage::BF16(v) => as_tensor!(v, layout),
-            CpuStorage::F16(v) => as_tensor!(v, layout),
-            _ => return Err(candle_core::Error::Msg("frozen matmul supports float tensors only".into())),
-        };
-        let y = x.matmul(&self.weight.t()?)?;
-        let shape = y.shape().clone();
-        let (st, _) = y.storage_and_layout();
-        match &*st {
-            Storage::Cpu(c) => Ok((c.clone(), shape)),
-            _ => Err(candle_core::Error::Msg("frozen matmul: the product left the CPU".into())),
-        }
+        let (w, w_layout) = self.weight.storage_and_layout();
+        let Storage::Cpu(w) = &*w else { return Err(msg("frozen matmul: the weight is not on the CPU")) };
+        self.product(storage, layout, w, w_layout)
+    }
+
+    fn cuda_fwd(&self, storage: &CudaStorage, layout: &Layout) -> Result<(CudaStorage, Shape)> {
+        let (w, w_layout) = self.weight.storage_and_layout();
+        let Storage::Cuda(w) = &*w else { return Err(msg("frozen matmul: the weight is not on the GPU")) };
+        self.product(storage, layout, w, w_layout)
+    }
+
+    fn metal_fwd(&self, storage: &MetalStorage, layout: &Layout) -> Result<(MetalStorage, Shape)> {
+        let (w, w_layout) = self.weight.storage_and_layout();
+        let Storage::Metal(w) = &*w else { return Err(msg("frozen matmul: the weight is not on the GPU")) };
+        self.product(storage, layout, w, w_layout)
     }
 
     fn bwd(&self, _arg: &Tensor, _res: &Tensor, grad_res: &Tensor) -> Result<Option<Tensor>> {
-        Ok(Some(grad_res.matmul(&self.weight)?))
+        // grad is …×out; only the input's gradient, (…×out)·(out×in), is formed.
+        let dims = grad_res.dims();
+        let (&out, lead) = dims.split_last().ok_or_else(|| msg("frozen matmul: a scalar gradient"))?;
+        let m: usize = lead.iter().product();
+        let g = grad_res.contiguous()?.reshape((m, out))?.matmul(&self.weight)?;
+        let mut shape = lead.to_vec();
+        shape.push(self.weight.dim(1)?);
+        Ok(Some(g.reshape(shape)?))
     }
 }
 

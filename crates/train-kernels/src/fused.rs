@@ -9,9 +9,9 @@
 use candle_core::{CpuStorage, CustomOp1, CustomOp2, DType, Layout, Result, Shape, Storage, Tensor};
 use rayon::prelude::*;
 
-/// Whether the fused kernels handle `t`: f32 on the CPU.
+/// Whether the fused kernels handle `t`: f32 on the CPU, unless [`crate::generic_only`].
 pub fn applies(t: &Tensor) -> bool {
-    t.dtype() == DType::F32 && t.device().is_cpu()
+    t.dtype() == DType::F32 && t.device().is_cpu() && !crate::generic_only()
 }
 
 fn err(msg: impl Into<String>) -> candle_core::Error {

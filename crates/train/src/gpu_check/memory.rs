@@ -83,23 +83,84 @@ fn preset_for(shape: PerfShape, tokens: usize, device: &Device) -> Result<Preset
 /// One LoRA step of `shape` on one `tokens`-long sequence, planned and measured.
 pub fn plan_vs_measured(device: &Device, shape: PerfShape, tokens: usize) -> Result<PlanCheck, TrainError> {
     let dtype = if device.is_cpu() { DType::F32 } else { DType::BF16 };
-    let preset = preset_for(shape, tokens, device)?;
-    let plan = MemoryPlan::for_preset(&preset, preset.model.shape.as_ref().ok_or_else(no_shape)?);
-    let (cfg, rank) = shape.config();
+    let plan = plan_for(shape, tokens, device)?;
     let meter = Meter::start(device)?;
+    one_step(device, shape, tokens, false, &|| meter.restart())?;
+    let (measured, how) = meter.stop()?;
+    Ok(PlanCheck::new(shape, dtype, tokens, &plan, measured, how))
+}
+
+/// What measures a step's memory: a counter of this process's allocations, say.
+pub trait PeakProbe {
+    /// Bytes in use now.
+    fn live(&self) -> u64;
+    /// Starts a new peak at the bytes in use now.
+    fn reset_peak(&self);
+    /// The highest use since the last reset.
+    fn peak(&self) -> u64;
+}
+
+/// [`plan_vs_measured`] on the CPU with every token after the first scored, measured by
+/// `probe` (the peak above what was in use before the model was built).
+pub fn plan_vs_probe(shape: PerfShape, tokens: usize, probe: &dyn PeakProbe) -> Result<PlanCheck, TrainError> {
+    let device = Device::Cpu;
+    let plan = plan_for(shape, tokens, &device)?;
+    let base = probe.live();
+    one_step(&device, shape, tokens, true, &|| {
+        probe.reset_peak();
+        Ok(())
+    })?;
+    let measured = probe.peak().saturating_sub(base);
+    Ok(PlanCheck::new(shape, DType::F32, tokens, &plan, measured, "allocator peak above the start".into()))
+}
+
+fn plan_for(shape: PerfShape, tokens: usize, device: &Device) -> Result<MemoryPlan, TrainError> {
+    let preset = preset_for(shape, tokens, device)?;
+    Ok(MemoryPlan::for_preset(&preset, preset.model.shape.as_ref().ok_or_else(no_shape)?))
+}
+
+impl PlanCheck {
+    fn new(shape: PerfShape, dtype: DType, tokens: usize, plan: &MemoryPlan, measured: u64, how: String) -> PlanCheck {
+        let planned = plan.trainer_bytes - plan.reserve_bytes;
+        PlanCheck {
+            shape,
+            dtype: format!("{dtype:?}"),
+            tokens,
+            planned_gib: planned as f64 / GIB,
+            planned_weights_gib: (plan.weight_bytes + plan.grad_bytes + plan.optimizer_bytes) as f64 / GIB,
+            planned_activations_gib: plan.activation_bytes as f64 / GIB,
+            measured_gib: measured as f64 / GIB,
+            ratio: measured as f64 / planned.max(1) as f64,
+            how,
+        }
+    }
+}
+
+/// Builds the model of `shape`, calls `loaded` (the host copy of the random weights is
+/// gone by then: it is not the trainer's), and runs one LoRA step on one sequence of
+/// `tokens`, the second half scored or (`all_scored`) every token after the first.
+fn one_step(
+    device: &Device,
+    shape: PerfShape,
+    tokens: usize,
+    all_scored: bool,
+    loaded: &dyn Fn() -> Result<(), TrainError>,
+) -> Result<(), TrainError> {
+    let dtype = if device.is_cpu() { DType::F32 } else { DType::BF16 };
+    let (mut cfg, rank) = shape.config();
+    cfg.max_position_embeddings = cfg.max_position_embeddings.max(tokens);
     let weights = throughput::random_weights(&cfg, 7)?;
     let target = PerfTarget { device: device.clone(), dtype };
     let model = throughput::model_on(&cfg, &weights, &TrainMode::Lora(throughput::lora_settings(rank)), &target)?;
     drop(weights);
-    // The host copy of the random weights is not the trainer's: on the CPU the peak is
-    // measured again from here.
-    meter.restart()?;
+    loaded()?;
     let adam = AdamWSettings { lr: 1e-4, beta1: 0.9, beta2: 0.999, eps: 1e-8, weight_decay: 0.0 };
     let mut opt = AdamW::new(model.trainable(), adam)?;
     let mut rng = rand::rngs::StdRng::seed_from_u64(3);
+    let first_scored = if all_scored { 1 } else { tokens / 2 };
     let sample = Sample {
         tokens: (0..tokens).map(|_| rng.gen_range(0..cfg.vocab_size as u32)).collect(),
-        mask: (0..tokens).map(|i| u8::from(i >= tokens / 2)).collect(),
+        mask: (0..tokens).map(|i| u8::from(i >= first_scored)).collect(),
         advantage: 1.0,
         sampler_logp: None,
     };
@@ -115,22 +176,7 @@ pub fn plan_vs_measured(device: &Device, shape: PerfShape, tokens: usize) -> Res
         pad: 0,
     };
     sft_step(&model, &mut opt, &[&sample], &settings, &SingleRank, 0)?;
-    device.synchronize().map_err(|e| TrainError::Other(format!("synchronising the device: {e}")))?;
-    let (measured, how) = meter.stop()?;
-    drop((model, opt));
-    let planned = plan.trainer_bytes - plan.reserve_bytes;
-    let measured_gib = measured as f64 / GIB;
-    Ok(PlanCheck {
-        shape,
-        dtype: format!("{dtype:?}"),
-        tokens,
-        planned_gib: planned as f64 / GIB,
-        planned_weights_gib: (plan.weight_bytes + plan.grad_bytes + plan.optimizer_bytes) as f64 / GIB,
-        planned_activations_gib: plan.activation_bytes as f64 / GIB,
-        measured_gib,
-        ratio: measured as f64 / planned.max(1) as f64,
-        how,
-    })
+    device.synchronize().map_err(|e| TrainError::Other(format!("synchronising the device: {e}")))
 }
 
 fn no_shape() -> TrainError {

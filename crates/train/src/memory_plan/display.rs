@@ -111,7 +111,7 @@ impl MemoryPlan {
             self.activation_bytes,
         )?;
         row(f, "    of which attention scores", self.attention_bytes)?;
-        row(f, &format!("  log-prob chunk ({LOGPROB_CHUNK_TOKENS} tokens, f32 + grad)"), self.logprob_bytes)?;
+        row(f, &format!("  log-prob pass ({LOGPROB_CHUNK_TOKENS}-token chunks, rows kept)"), self.logprob_bytes)?;
         if !self.phase_exclusive {
             row(f, "  shared prompt's keys and values (+ gradients)", self.prefix_bytes)?;
         }

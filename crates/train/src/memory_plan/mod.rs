@@ -24,7 +24,8 @@
 //! - activations of one micro-batch (`micro_batch × max_seq_len` tokens), see [`activation_bytes`]; with
 //!   `recompute`, attention whose scores would be large runs in tiles forward and backward, so only a few tiles
 //!   of scores exist at once;
-//! - the chunked log-prob buffer: 1024 tokens × vocab of f32 logits, and their gradient;
+//! - the log-prob pass, see [`logprob_bytes`]: one chunk's f32 softmax (no chunk keeps its logits for the
+//!   backward pass) and a few hidden-sized rows per scored token;
 //! - the shared prompt of a mini-batch's sequences (computed once, see `model::prefix`): its keys and values in
 //!   every layer, up to `max_seq_len` positions, and the gradients they gather from the sequences;
 //! - buffers of the gradient reduction (ZeRO 0 over several GPUs: `all_reduce_grads`'s f32 copy, concatenation
@@ -47,12 +48,14 @@
 //! mistral.rs reloads the policy after an update (the new copy is built before the old one is dropped; the KV
 //! caches are gone by then).
 
+mod activations;
 mod display;
 #[cfg(test)]
 mod tests;
 
+pub use activations::{activation_bytes, logprob_bytes};
+
 use super::dist::zero::BUCKET_ELEMS;
-use super::model::attention::Tiles;
 use super::optim::UPDATE_SLICE;
 use super::preset::{Device, Dtype, ModelShape, Preset, RolloutEngine};
 use display::gib;
@@ -127,7 +130,7 @@ pub struct MemoryPlan {
     pub activation_bytes: u64,
     /// The part of `activation_bytes` that is attention scores (grows with max_seq_len squared).
     pub attention_bytes: u64,
-    /// The chunked log-prob buffer.
+    /// The log-prob pass (see [`logprob_bytes`]).
     pub logprob_bytes: u64,
     /// A shared prompt's keys and values, and their gradients, at most `max_seq_len` long.
     pub prefix_bytes: u64,
@@ -181,50 +184,6 @@ pub struct MemoryPlan {
     pub recompute: bool,
     /// Advice when it does not fit.
     advice: Vec<String>,
-}
-
-/// Activations (total, of which attention scores) of one micro-batch, in bytes.
-///
-/// With recomputation and [`Tiles::tiled`] attention (the backward pass's choice), the scores term is what the
-/// tiles keep instead: four f32 tiles of scores (scores, probabilities, their gradient and a temporary) and the
-/// f32 copies the tiled passes make of queries, output and their gradients, keys and values (eight per-token
-/// head-sized rows, counted at the query heads).
-///
-/// Korthikanti et al. 2022, "Reducing Activation Recomputation in Large Transformer Models" (the Megatron
-/// formula): one layer keeps `s·b·h·(34 + 5·a·s/h)` bytes with 16-bit activations, i.e. per token
-/// `34·h + 5·a·s`. Of the 34·h, 11·h is the attention block, 4·h the two norms and 19·h a GeLU MLP of width 4h;
-/// Qwen3's SwiGLU MLP of width I keeps its input (2·h) and four I-wide tensors (gate, up, silu, product: 8·I),
-/// so we count `17·h + 8·I + 5·a·s`. The `5·a·s` term is the materialised softmax of the attention scores, which
-/// our candle model keeps (no fused attention backward). The figures are for 2-byte activations; f32 doubles
-/// them. With recomputation only each layer's input (2·h per token per layer) is kept, plus one layer's full
-/// set while it is recomputed.
-pub fn activation_bytes(
-    shape: &ModelShape,
-    dtype: Dtype,
-    micro_batch: u64,
-    seq_len: u64,
-    recompute: bool,
-) -> (u64, u64) {
-    let tokens = micro_batch * seq_len;
-    let h = shape.hidden_size as u64;
-    let i = shape.intermediate_size as u64;
-    let a = shape.num_attention_heads as u64;
-    let layers = shape.num_hidden_layers as u64;
-    let attention_per_token = 5 * a * seq_len;
-    let tiles = Tiles::default();
-    if recompute && tiles.tiled(micro_batch as usize, a as usize, seq_len as usize, seq_len as usize) {
-        let hd = shape.head_dim as u64;
-        let attention = 4 * tiles.tile_bytes(micro_batch as usize, a as usize) as u64 + 8 * tokens * a * hd * 4;
-        let rest = (tokens * layers * 2 * h + tokens * (17 * h + 8 * i)) * dtype.size() / 2;
-        return (rest + attention, attention);
-    }
-    let per_token_layer = 17 * h + 8 * i + attention_per_token;
-    let (units, attention_units) = if recompute {
-        (tokens * layers * 2 * h + tokens * per_token_layer, tokens * attention_per_token)
-    } else {
-        (tokens * layers * per_token_layer, tokens * layers * attention_per_token)
-    };
-    (units * dtype.size() / 2, attention_units * dtype.size() / 2)
 }
 
 /// Parameters of one decoder layer's projections named in `targets` (all seven for a full layer).
@@ -305,8 +264,10 @@ impl MemoryPlan {
         };
         let (activation_bytes, attention_bytes) =
             activation_bytes(shape, preset.dtype, micro_batch, seq, preset.recompute);
-        // Logits and their gradient, both f32 whatever the weights, for one chunk.
-        let logprob_bytes = 2 * LOGPROB_CHUNK_TOKENS * shape.vocab_size as u64 * 4;
+        let logprob_bytes = logprob_bytes(shape, preset.dtype, micro_batch * seq, lora.is_some());
+        // The log-prob pass and the recomputed layer may not coexist in time, but the measured peak is still
+        // above this plan (`tests/memory_peak.rs`), so both count until the gap is found.
+        let activations_and_logprobs = activation_bytes + logprob_bytes;
         let kv_bytes_per_rollout =
             2 * shape.num_hidden_layers as u64 * (shape.num_key_value_heads * shape.head_dim) as u64 * seq * dt;
         let prefix_bytes = if sharded { 0 } else { 2 * kv_bytes_per_rollout };
@@ -328,8 +289,7 @@ impl MemoryPlan {
             + grad_shard_bytes
             + optimizer_bytes
             + reference_bytes
-            + activation_bytes
-            + logprob_bytes
+            + activations_and_logprobs
             + prefix_bytes
             + comm_bytes
             + reserve_bytes;

@@ -24,4 +24,6 @@ pub use qwen3::{KvCache, Qwen3, TrainMode};
 #[cfg(test)]
 mod kernel_tests;
 #[cfg(test)]
+mod logprob_tests;
+#[cfg(test)]
 pub(crate) mod tests;
