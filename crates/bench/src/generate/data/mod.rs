@@ -28,6 +28,9 @@ pub(crate) const BUILT_IN: &[(&str, &str)] = &[
     ("sort-rows.toml", include_str!("../../../families/sort-rows.toml")),
     ("file-modes.toml", include_str!("../../../families/file-modes.toml")),
     ("extract-matches.toml", include_str!("../../../families/extract-matches.toml")),
+    ("sqlite-query.toml", include_str!("../../../families/sqlite-query.toml")),
+    ("env-file.toml", include_str!("../../../families/env-file.toml")),
+    ("dedupe-lines.toml", include_str!("../../../families/dedupe-lines.toml")),
 ];
 
 /// The least number of phrasings a level offers.
