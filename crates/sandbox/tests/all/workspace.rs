@@ -46,6 +46,8 @@ try mcp sh -c 'echo "{\"mcpServers\":{}}" > .mcp.json'
 try envrc sh -c 'echo "touch pwned" > .envrc'
 try vscode sh -c 'mkdir -p .vscode && echo "{}" > .vscode/settings.json'
 try idea sh -c 'mkdir -p .idea && echo x > .idea/workspace.xml'
+try claude-hooks sh -c 'mkdir -p .claude && echo "{\"hooks\":{}}" > .claude/settings.json'
+try codex-config sh -c 'mkdir -p .codex && echo "[mcp_servers.x]" > .codex/config.toml'
 "##;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -80,7 +82,7 @@ async fn control_files_are_read_only_in_the_sandbox_while_git_commit_works_and_s
     let results = run(ATTACKS.to_string()).await;
     let wrote: Vec<&str> = results.lines().filter(|l| !l.starts_with("REFUSED ")).collect();
     assert!(wrote.is_empty(), "writes that went through: {wrote:?}\n{results}");
-    assert_eq!(results.lines().count(), 14, "{results}");
+    assert_eq!(results.lines().count(), 16, "{results}");
 
     // The honest case: a commit from the sandbox, seen by the host.
     let commit = "echo hi > f.txt && git add f.txt && git -c user.email=a@b -c user.name=a commit -qm sandbox-commit \
@@ -114,7 +116,9 @@ async fn control_files_are_read_only_in_the_sandbox_while_git_commit_works_and_s
     let hooks_after: Vec<_> = git_after.iter().filter(|(p, _)| p.starts_with("hooks/")).collect();
     let hooks_before: Vec<_> = git_before.iter().filter(|(p, _)| p.starts_with("hooks/")).collect();
     assert_eq!(hooks_after, hooks_before, "no hook was added");
-    for absent in [".envrc", ".vscode", ".idea", ".git/commondir", ".git/hooks-old", ".git-old", "pwned"] {
+    for absent in
+        [".envrc", ".vscode", ".idea", ".claude", ".codex", ".git/commondir", ".git/hooks-old", ".git-old", "pwned"]
+    {
         assert!(std::fs::symlink_metadata(ws.join(absent)).is_err(), "{absent} exists on the host");
     }
 }
