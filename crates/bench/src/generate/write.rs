@@ -84,7 +84,8 @@ impl Manifest {
     }
 }
 
-fn io(path: &Path, source: std::io::Error) -> GenerateError {
+/// The error of an I/O failure on `path`.
+pub(super) fn io(path: &Path, source: std::io::Error) -> GenerateError {
     GenerateError::Io { path: path.display().to_string(), source }
 }
 

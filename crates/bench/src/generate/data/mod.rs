@@ -15,6 +15,7 @@ use std::sync::Arc;
 
 use format::{Count, FamilyFile, ParamDef};
 
+use super::write::io;
 use super::{Builder, Family, GenerateError, MAX_LEVEL};
 
 pub(crate) use render::DataFamily;
@@ -60,7 +61,6 @@ pub(crate) fn parse(text: &str, origin: &str) -> Result<Family, GenerateError> {
 
 /// Every `*.toml` family file of `dir`, sorted by file name.
 pub(crate) fn load_dir(dir: &Path) -> Result<Vec<Family>, GenerateError> {
-    let io = |path: &Path, source: std::io::Error| GenerateError::Io { path: path.display().to_string(), source };
     let mut paths: Vec<_> = std::fs::read_dir(dir)
         .map_err(|e| io(dir, e))?
         .filter_map(Result::ok)
