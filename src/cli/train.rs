@@ -18,7 +18,10 @@ use super::train_launch::{self, LaunchArgs};
 
 /// Arguments of `agent train`.
 #[derive(Debug, Args)]
+#[command(args_conflicts_with_subcommands = true)]
 pub struct TrainArgs {
+    #[command(subcommand)]
+    pub command: Option<TrainCommand>,
     /// A built-in preset name (see presets/) or a preset YAML file.
     #[arg(long, default_value = "cpu-tiny")]
     pub preset: String,
@@ -31,6 +34,10 @@ pub struct TrainArgs {
     /// Held-out task folder for the evaluations before and after (overrides eval.tasks).
     #[arg(long, value_name = "DIR")]
     pub eval_tasks: Option<PathBuf>,
+    /// Task families to hold out of training and evaluate alone, comma-separated
+    /// (overrides eval.heldout_families; see `agent tasks list-families`).
+    #[arg(long, value_name = "NAME,…", value_delimiter = ',')]
+    pub heldout_families: Option<Vec<String>>,
     /// Evaluation rollouts on each side (overrides eval.rollouts; 0 skips the evaluations).
     #[arg(long, value_name = "N")]
     pub eval_rollouts: Option<usize>,
@@ -77,14 +84,136 @@ pub struct TrainArgs {
     pub launch: LaunchArgs,
 }
 
+/// Subcommands of `agent train`.
+#[derive(Debug, clap::Subcommand)]
+pub enum TrainCommand {
+    /// Evaluate a trained adapter (and the base model on the same rollouts) on any task
+    /// folder: success rates clustered by task, per family, and the paired difference.
+    Eval(EvalArgs),
+}
+
+/// Arguments of `agent train eval`.
+#[derive(Debug, Args)]
+pub struct EvalArgs {
+    /// The adapter folder (`OUT/adapter` of a training run).
+    #[arg(long, value_name = "DIR")]
+    pub adapter: PathBuf,
+    /// The tasks to evaluate on: generated tasks, or any bench folder (TB1/TB2).
+    #[arg(long, value_name = "DIR")]
+    pub tasks: PathBuf,
+    /// The preset the adapter was trained with (its model, tools, prompt and limits).
+    #[arg(long, default_value = "cpu-qwen2.5-coder-0.5b-lora")]
+    pub preset: String,
+    /// Evaluation rollouts (tasks in turn; default: the preset's eval.rollouts).
+    #[arg(long, value_name = "N")]
+    pub rollouts: Option<usize>,
+    /// Sampling temperature (default: the preset's eval.temperature; 0 is greedy).
+    #[arg(long)]
+    pub temperature: Option<f64>,
+    /// Only these families of a generated folder, comma-separated.
+    #[arg(long, value_name = "NAME,…", value_delimiter = ',')]
+    pub families: Option<Vec<String>>,
+    /// Skip the base model's evaluation (no paired comparison).
+    #[arg(long)]
+    pub no_base: bool,
+    /// Who samples: `candle`, `mistralrs` or `llamacpp` (default: the preset's).
+    #[arg(long, value_parser = ["candle", "mistralrs", "mistral.rs", "llamacpp"])]
+    pub engine: Option<String>,
+    /// Seed of the rollouts (default: the preset's).
+    #[arg(long)]
+    pub seed: Option<u64>,
+    /// Output folder (default: runs/train-eval-TIME).
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+    /// No progress bars.
+    #[arg(long)]
+    pub no_progress: bool,
+}
+
+fn engine_of(name: &str) -> RolloutEngine {
+    match name {
+        "candle" => RolloutEngine::Candle,
+        "llamacpp" => RolloutEngine::Llamacpp,
+        _ => RolloutEngine::Mistralrs,
+    }
+}
+
+/// Runs `agent train eval`: the training run's own loop with no steps and no warm start,
+/// the adapter loaded after the base model's evaluation.
+async fn run_eval(args: EvalArgs, config: Config) -> anyhow::Result<u8> {
+    let mut preset = Preset::find(&args.preset)?;
+    let settings = agent_train::model::peft::read_adapter_settings(&args.adapter)?;
+    preset.mode.full = false;
+    preset.mode.lora = Some(LoraSection {
+        rank: settings.rank,
+        alpha: settings.alpha,
+        dropout: 0.0,
+        targets: settings.targets.clone(),
+    });
+    preset.tasks = std::path::absolute(&args.tasks)?.display().to_string();
+    preset.eval.tasks = None;
+    preset.eval.heldout_families = args.families.clone().unwrap_or_default();
+    preset.grpo.steps = 0;
+    preset.sft = None;
+    if let Some(n) = args.rollouts {
+        preset.eval.rollouts = n;
+    }
+    if preset.eval.rollouts == 0 {
+        anyhow::bail!("--rollouts must be at least 1 (the preset {} evaluates none)", preset.name);
+    }
+    if let Some(t) = args.temperature {
+        preset.eval.temperature = t;
+    }
+    if let Some(seed) = args.seed {
+        preset.seed = seed;
+    }
+    if let Some(engine) = &args.engine {
+        preset.rollout.engine = engine_of(engine);
+    }
+    preset.validate()?;
+    let out = args.out.clone().unwrap_or_else(|| PathBuf::from("runs").join(format!("train-eval-{}", timestamp())));
+    let pool = super::engines::pool(&config).await?;
+    super::bench::sweep_orphans(&pool).await;
+    let progress = !args.no_progress && std::io::stderr().is_terminal();
+    let mut opts = TrainOptions::single(preset, out.clone(), false, progress, config);
+    opts.evaluate_adapter =
+        Some(agent_train::AdapterEval { dir: std::path::absolute(&args.adapter)?, with_base: !args.no_base });
+    eprintln!("● evaluating {} into {}", args.adapter.display(), out.display());
+    let log: Arc<dyn Fn(String) + Send + Sync> = Arc::new(|line: String| eprintln!("● {line}"));
+    let mut signals = Signals::install()?;
+    let mut evaluation = Training::start(opts, log)?;
+    let result = tokio::select! {
+        r = &mut evaluation.result => {
+            evaluation.done = true;
+            r.unwrap_or_else(|_| Err(agent_train::TrainError::Other("the evaluation thread ended without a result".into())))
+        }
+        sig = signals.recv() => {
+            evaluation.stop().await;
+            remove_containers(&pool).await;
+            eprintln!("✗ interrupted");
+            return Ok(Signals::exit_code(sig));
+        }
+    };
+    remove_containers(&pool).await;
+    let report = result?;
+    println!("{} ({}/eval.json)", report.summary(), out.display());
+    Ok(0)
+}
+
 /// Runs `agent train`.
 pub async fn run(args: TrainArgs, config: Config) -> anyhow::Result<u8> {
+    if let Some(TrainCommand::Eval(e)) = args.command {
+        return run_eval(e, config).await;
+    }
     let mut preset = Preset::find(&args.preset)?;
     if let Some(tasks) = &args.eval_tasks {
         preset.eval.tasks = Some(std::path::absolute(tasks)?.display().to_string());
     }
     if let Some(n) = args.eval_rollouts {
         preset.eval.rollouts = n;
+    }
+    if let Some(f) = &args.heldout_families {
+        preset.eval.heldout_families = f.iter().map(|s| s.trim().to_string()).filter(|s| !s.is_empty()).collect();
     }
     if let Some(tasks) = &args.tasks {
         preset.tasks = std::path::absolute(tasks)?.display().to_string();
@@ -120,11 +249,7 @@ pub async fn run(args: TrainArgs, config: Config) -> anyhow::Result<u8> {
         preset.seed = seed;
     }
     if let Some(engine) = &args.engine {
-        preset.rollout.engine = match engine.as_str() {
-            "candle" => RolloutEngine::Candle,
-            "llamacpp" => RolloutEngine::Llamacpp,
-            _ => RolloutEngine::Mistralrs,
-        };
+        preset.rollout.engine = engine_of(engine);
     }
     if let Some(file) = &args.warm_start {
         let file = if file == agent_train::warm_start::ORACLE_DEMOS {
@@ -245,6 +370,7 @@ pub async fn run(args: TrainArgs, config: Config) -> anyhow::Result<u8> {
         config,
         world: world.clone(),
         device_ordinal,
+        evaluate_adapter: None,
     };
     if rank == 0 {
         eprintln!("● training into {}", out.display());
@@ -284,14 +410,7 @@ pub async fn run(args: TrainArgs, config: Config) -> anyhow::Result<u8> {
     if rank == 0 && report.rollouts == 0 {
         println!("trained without evaluation rollouts ({}/metrics.jsonl, {}/reward.svg)", out.display(), out.display());
     } else if rank == 0 {
-        println!(
-            "success rate {:.1}% → {:.1}% over {} evaluation rollouts ({}/eval.json, {}/reward.svg)",
-            report.before * 100.0,
-            report.after * 100.0,
-            report.rollouts,
-            out.display(),
-            out.display()
-        );
+        println!("{} ({}/eval.json, {}/reward.svg)", report.summary(), out.display(), out.display());
     }
     Ok(0)
 }

@@ -26,6 +26,9 @@ pub struct CheckpointState {
     pub tasks_drawn: u64,
     /// The success rate measured before training, so that a resumed run reports it.
     pub eval_before: Option<f64>,
+    /// Each training task's running pass rate (what `grpo.task_band` draws by).
+    #[serde(default)]
+    pub task_stats: crate::grpo::TaskStats,
 }
 
 /// Where a run keeps its checkpoints.
@@ -170,7 +173,14 @@ mod tests {
     use super::*;
 
     fn state(step: u64) -> CheckpointState {
-        CheckpointState { step, optimizer_step: step * 2, seed: 7, tasks_drawn: step * 4, eval_before: Some(0.5) }
+        CheckpointState {
+            step,
+            optimizer_step: step * 2,
+            seed: 7,
+            tasks_drawn: step * 4,
+            eval_before: Some(0.5),
+            task_stats: Default::default(),
+        }
     }
 
     #[test]

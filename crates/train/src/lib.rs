@@ -11,6 +11,8 @@ pub mod backward;
 pub mod checkpoint;
 pub mod dist;
 pub mod error;
+#[cfg(feature = "engines")]
+pub mod eval;
 pub mod gpu_check;
 pub mod grpo;
 pub mod memory_plan;
@@ -42,4 +44,6 @@ pub mod zero3;
 
 pub use error::TrainError;
 #[cfg(feature = "engines")]
-pub use run::{train, EvalReport, TrainOptions};
+pub use eval::EvalReport;
+#[cfg(feature = "engines")]
+pub use run::{train, AdapterEval, TrainOptions};

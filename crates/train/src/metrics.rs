@@ -31,6 +31,10 @@ pub enum MetricsError {
     OutOfOrder { path: PathBuf, step: u64, last: u64 },
 }
 
+fn is_zero(n: &u64) -> bool {
+    *n == 0
+}
+
 /// What one GRPO step did. Non-finite values (e.g. the loss of a step whose groups were all dropped) are written
 /// as `null` and read back as NaN.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
@@ -90,6 +94,13 @@ pub struct StepMetrics {
     pub sampler_logp_diff: Option<f64>,
     /// Groups dropped by dynamic sampling.
     pub groups_dropped: u64,
+    /// Extra draws of tasks made to replace groups with no signal (`grpo.refill_rounds`).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub refill_rounds: u64,
+    /// Training tasks tried so far whose running pass rate is outside `grpo.task_band`
+    /// (they wait while others are left).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub tasks_outside_band: u64,
     /// Seconds spent sampling.
     #[serde(with = "nan_as_null")]
     pub rollout_secs: f64,

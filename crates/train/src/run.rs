@@ -6,11 +6,11 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use agent_sandbox::EnginePool;
-use serde::Serialize;
 
 use super::checkpoint::{write_atomic, CheckpointState, Checkpoints};
-use super::dist::{barrier, blocking, share_of, Collective, SingleRank};
+use super::dist::{barrier, blocking, Collective, SingleRank};
 use super::error::{TensorContext, TrainError};
+use super::eval::{self, families, EvalReport, Evaluation};
 use super::metrics::MetricsLog;
 use super::model::gguf;
 use super::model::lora_gguf::save_adapter_folder;
@@ -18,12 +18,9 @@ use super::model::{peft, LoraSettings, Qwen3, TrainMode};
 use super::optim::AdamW;
 use super::preset::{Preset, RolloutEngine, SftInto};
 use super::progress::progress_bar;
-use super::rollout::{
-    run_spread, LlamaCppEngine, MistralrsEngine, PolicySampling, Rollout, RolloutPlan, RolloutRunner, RolloutSampler,
-    RolloutStatus, Sampler,
-};
+use super::rollout::{LlamaCppEngine, MistralrsEngine, PolicySampling, RolloutRunner, RolloutSampler, Sampler};
 use super::setup;
-use super::step::{mix_seed, StepLoop};
+use super::step::StepLoop;
 use super::update::Reference;
 use super::warm_start;
 use super::zero3;
@@ -47,6 +44,18 @@ pub struct TrainOptions {
     /// How a model spec becomes a backend (the judge's): the same options as every
     /// other command.
     pub resolve: agent_llm::ResolveOptions,
+    /// `agent train eval`: evaluate this adapter instead of training (no GRPO, no
+    /// checkpoints; the base model first unless told not to).
+    pub evaluate_adapter: Option<AdapterEval>,
+}
+
+/// An adapter to evaluate (`agent train eval --adapter DIR`).
+#[derive(Debug, Clone)]
+pub struct AdapterEval {
+    /// A PEFT adapter folder (`OUT/adapter` of a run).
+    pub dir: PathBuf,
+    /// Evaluate the base model on the same rollouts first, for the paired comparison.
+    pub with_base: bool,
 }
 
 impl TrainOptions {
@@ -54,31 +63,18 @@ impl TrainOptions {
     pub fn single(preset: Preset, out: PathBuf, resume: bool, progress: bool, config: Config) -> Self {
         let resolve =
             agent_llm::ResolveOptions { api_key_env: config.api_key_env.clone(), ..agent_local::resolve_options() };
-        TrainOptions { preset, out, resume, progress, config, world: Arc::new(SingleRank), device_ordinal: 0, resolve }
+        TrainOptions {
+            preset,
+            out,
+            resume,
+            progress,
+            config,
+            world: Arc::new(SingleRank),
+            device_ordinal: 0,
+            resolve,
+            evaluate_adapter: None,
+        }
     }
-}
-
-/// What a finished run reports (also written to `out/eval.json`).
-#[derive(Debug, Clone, Serialize, PartialEq)]
-pub struct EvalReport {
-    /// Success rate of the evaluation rollouts before training.
-    pub before: f64,
-    /// Success rate after training.
-    pub after: f64,
-    /// Evaluation rollouts on each side.
-    pub rollouts: usize,
-    /// Binomial standard error of `before` (√(p(1−p)/n) over the rollouts).
-    pub before_se: f64,
-    /// Binomial standard error of `after`.
-    pub after_se: f64,
-}
-
-/// √(p(1−p)/n): the standard error of a success rate over `n` rollouts.
-fn standard_error(rate: f64, n: usize) -> f64 {
-    if n == 0 || rate.is_nan() {
-        return f64::NAN;
-    }
-    (rate * (1.0 - rate) / n as f64).sqrt()
 }
 
 /// The training mode a preset asks for.
@@ -169,8 +165,14 @@ pub async fn train(
         None => setup::optimizer(preset, policy.trainable(), world)?,
     };
     let checkpoints = Checkpoints::new(out.join("checkpoints"), preset.checkpoint.keep);
-    let mut state =
-        CheckpointState { step: 0, optimizer_step: 0, seed: preset.seed, tasks_drawn: 0, eval_before: None };
+    let mut state = CheckpointState {
+        step: 0,
+        optimizer_step: 0,
+        seed: preset.seed,
+        tasks_drawn: 0,
+        eval_before: None,
+        task_stats: Default::default(),
+    };
     if opts.resume {
         if let Some((dir, saved)) = checkpoints.latest()? {
             load_checkpoint(&policy, &mut opt, &mode, &dir, &saved)?;
@@ -208,6 +210,20 @@ pub async fn train(
     if let Some(f) = &preset.task_filter {
         log(format!("training on the {} indexed task(s) with {}", tasks.len(), f.describe()));
     }
+    let heldout = &preset.eval.heldout_families;
+    let all_tasks = tasks.clone();
+    let all_families = families::families_of(&tasks_dir, &tasks)?;
+    let tasks = if heldout.is_empty() {
+        tasks
+    } else {
+        let (kept, _) = families::split_by_family(tasks, heldout, &all_families, false, "training task", &tasks_dir)?;
+        log(format!(
+            "training on {} task(s); the families {} are held out for the evaluations",
+            kept.len(),
+            heldout.join(", ")
+        ));
+        kept
+    };
     for engine in pool.engines() {
         let _ = agent_sandbox::remove_run_settled(&engine, &run_id).await;
     }
@@ -299,7 +315,7 @@ pub async fn train(
         preset.rollout.concurrency.div_ceil(world.world_size()),
     );
     let update = setup::update_settings(preset, im_end);
-    let eval_runner = match &preset.eval.tasks {
+    let (eval_ctx, eval_tasks, eval_families, eval_dir) = match &preset.eval.tasks {
         Some(dir) => {
             let dir = preset.resolve_path(dir)?;
             let (ctx, tasks) = setup::trial_context(
@@ -314,29 +330,69 @@ pub async fn train(
             for engine in pool.engines() {
                 let _ = agent_sandbox::remove_run_settled(&engine, &format!("{run_id}-eval")).await;
             }
-            Some(runner.for_tasks(ctx, tasks))
+            let fams = families::families_of(&dir, &tasks)?;
+            (ctx, tasks, fams, dir)
         }
-        None => None,
+        None => (runner.ctx.clone(), all_tasks, all_families, tasks_dir.clone()),
     };
-    let eval_runner = eval_runner.as_ref().unwrap_or(&runner);
+    let (eval_tasks, eval_families) = if heldout.is_empty() {
+        (eval_tasks, eval_families)
+    } else {
+        families::split_by_family(eval_tasks, heldout, &eval_families, true, "evaluation task", &eval_dir)?
+    };
+    let eval_runner = runner.for_evaluation(eval_ctx, eval_tasks, preset.eval.temperature);
+    let n_eval = preset.eval.rollouts;
+    let evaluate = |name: &'static str| {
+        eval::evaluate(&eval_runner, &eval_families, n_eval, preset.seed, out, name, opts.progress, world)
+    };
 
-    let before = match state.eval_before {
-        Some(b) => b,
-        None => {
-            let rate = evaluate(eval_runner, preset, out, "eval-before", opts.progress, world).await?;
-            log(describe_rate("before", rate));
-            state.eval_before = Some(rate);
-            rate
+    if n_eval == 0 {
+        log("no evaluations (eval.rollouts is 0)".into());
+    }
+    let skip_base = opts.evaluate_adapter.as_ref().is_some_and(|a| !a.with_base);
+    let before = match (n_eval, Evaluation::read(out, "eval-before")) {
+        (0, _) => None,
+        _ if skip_base => None,
+        (_, Some(e)) if state.eval_before.is_some() => Some(e),
+        _ => {
+            let e = evaluate("eval-before").await?;
+            log(format!("success rate before training: {:.1}%", e.clustered.rate * 100.0));
+            state.eval_before = Some(e.clustered.rate);
+            Some(e)
         }
     };
+    if let Some(adapter) = &opts.evaluate_adapter {
+        peft::load_adapter_into(&policy, &adapter.dir)?;
+        sampler.load_policy(&policy).await?;
+        let e = evaluate("eval-adapter").await?;
+        log(format!("success rate with the adapter: {:.1}%", e.clustered.rate * 100.0));
+        let report = EvalReport::new(before.as_ref(), None, Some(&e), n_eval, preset.eval.temperature, heldout.clone());
+        if lead {
+            let json = serde_json::to_vec_pretty(&report).map_err(|e| TrainError::Other(e.to_string()))?;
+            write_atomic(&out.join("eval.json"), &json)?;
+        }
+        return Ok(report);
+    }
     // A warm start into the adapter comes after the first evaluation, so that "before" is
     // the model the user had; a resumed run has it in its checkpoint already.
-    if let (TrainMode::Lora(settings), 0) = (&mode, state.step) {
-        if preset.sft.as_ref().is_some_and(|s| s.into == SftInto::Adapter) {
+    // What GRPO adds is measured from the warm start's evaluation (a resumed run reads it).
+    let warm_starts = preset.sft.as_ref().is_some_and(|s| s.into == SftInto::Adapter);
+    let warm = match (&mode, state.step) {
+        (TrainMode::Lora(settings), 0) if warm_starts => {
             warm_start::warm_start_adapter(preset, &policy, settings, &start_dir, out, &runner, log).await?;
             sampler.load_policy(&policy).await?;
+            match n_eval {
+                0 => None,
+                _ => {
+                    let e = evaluate("eval-warm-start").await?;
+                    log(format!("success rate after the warm start: {:.1}%", e.clustered.rate * 100.0));
+                    Some(e)
+                }
+            }
         }
-    }
+        (TrainMode::Lora(_), _) if warm_starts && n_eval > 0 => Evaluation::read(out, "eval-warm-start"),
+        _ => None,
+    };
 
     let steps = preset.grpo.steps as u64;
     let bar = progress_bar(opts.progress, steps, "steps");
@@ -372,16 +428,22 @@ pub async fn train(
         steps_loop.step(&mut state).await?;
     }
     bar.finish_and_clear();
-    let after = evaluate(eval_runner, preset, out, "eval-after", opts.progress, world).await?;
-    log(describe_rate("after", after));
-    let n = preset.eval.rollouts;
-    let report = EvalReport {
-        before,
-        after,
-        rollouts: n,
-        before_se: standard_error(before, n),
-        after_se: standard_error(after, n),
+    let after = match n_eval {
+        0 => None,
+        _ => {
+            let e = evaluate("eval-after").await?;
+            log(format!("success rate after training: {:.1}%", e.clustered.rate * 100.0));
+            Some(e)
+        }
     };
+    let report = EvalReport::new(
+        before.as_ref(),
+        warm.as_ref(),
+        after.as_ref(),
+        n_eval,
+        preset.eval.temperature,
+        heldout.clone(),
+    );
     let whole = match &policy.zero3 {
         Some(z) => blocking(|| z.gather_to(&policy, world, &candle_core::Device::Cpu, lead))?,
         None => None,
@@ -392,83 +454,6 @@ pub async fn train(
         write_atomic(&out.join("eval.json"), &json)?;
     }
     Ok(report)
-}
-
-/// "success rate before training: 12.5%", or that there was no evaluation.
-fn describe_rate(when: &str, rate: f64) -> String {
-    if rate.is_nan() {
-        format!("no evaluation {when} training (eval.rollouts is 0)")
-    } else {
-        format!("success rate {when} training: {:.1}%", rate * 100.0)
-    }
-}
-
-/// Success rate over the preset's evaluation rollouts (tasks in turn, fixed seeds:
-/// the before and after evaluations see the same tasks and seeds); NaN (`null` in
-/// `eval.json`) when the preset asks for none.
-async fn evaluate(
-    runner: &RolloutRunner,
-    preset: &Preset,
-    out: &Path,
-    name: &str,
-    progress: bool,
-    world: &dyn Collective,
-) -> Result<f64, TrainError> {
-    let n = preset.eval.rollouts;
-    if n == 0 {
-        return Ok(f64::NAN);
-    }
-    let plans: Vec<RolloutPlan> = (0..n)
-        .map(|i| RolloutPlan {
-            task: i % runner.tasks.len(),
-            member: i,
-            seed: mix_seed(&[preset.seed, 0xE7A1, i as u64]),
-        })
-        .collect();
-    let share = share_of(&plans, world.rank(), world.world_size()).len();
-    let bar = progress_bar(progress, share as u64, name);
-    let rollouts = run_spread(runner, &plans, &out.join(name), world, &|_| bar.inc(1)).await?;
-    bar.finish_and_clear();
-    let counted: Vec<&Rollout> = rollouts.iter().filter(|r| r.status != RolloutStatus::Crashed).collect();
-    if counted.is_empty() {
-        let why = rollouts.first().map(|r| r.reason.clone()).unwrap_or_default();
-        return Err(TrainError::Other(format!("every evaluation rollout crashed (first reason: {why})")));
-    }
-    let rate = counted.iter().filter(|r| r.resolved).count() as f64 / counted.len() as f64;
-    let (turns, foreign) = foreign_letter_turns(runner, &counted, &out.join(name));
-    if foreign > 0 {
-        tracing::warn!(
-            "{name}: {foreign} of {turns} turns wrote letters nothing in the episode showed (see `foreign_letters` in \
-             {}/*/trajectory.jsonl): a sign of a damaged model",
-            out.join(name).display()
-        );
-    }
-    let summary = serde_json::json!({
-        "success_rate": rate,
-        "rollouts": rollouts.len(),
-        "crashed": rollouts.len() - counted.len(),
-        "mean_reward": counted.iter().map(|r| r.reward).sum::<f64>() / counted.len() as f64,
-        "turns": turns,
-        "foreign_letter_turns": foreign,
-    });
-    if world.rank() == 0 {
-        write_atomic(&out.join(format!("{name}.json")), summary.to_string().as_bytes())?;
-    }
-    Ok(rate)
-}
-
-/// Turns of the rollouts' trajectories, and those among them whose reply had letters
-/// nothing shown to the model had (`TurnRecord::foreign_letters`).
-fn foreign_letter_turns(runner: &RolloutRunner, rollouts: &[&Rollout], dir: &Path) -> (usize, usize) {
-    let mut counts = (0, 0);
-    for r in rollouts {
-        let path = dir.join(format!("{}-{}", runner.tasks[r.task].name, r.member)).join("trajectory.jsonl");
-        let Ok(text) = std::fs::read_to_string(&path) else { continue };
-        let trajectory = agent_protocol::trajectory::Trajectory::parse_lenient(&text);
-        counts.0 += trajectory.turns.len();
-        counts.1 += trajectory.foreign_letter_turns();
-    }
-    counts
 }
 
 fn load_checkpoint(

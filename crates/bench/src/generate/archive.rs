@@ -74,6 +74,7 @@ fn whole_tar(ctx: &mut Ctx) -> Spec {
         category: "file-operations".into(),
         files: members.iter().map(|(n, t)| (format!("{STAGE}/{n}"), t.clone())).collect(),
         run: vec![format!("cd /app/{STAGE} && tar -czf /app/{arch}.tar.gz * && cd /app && rm -rf /app/{STAGE}")],
+        packages: Vec::new(),
         solution: format!("mkdir -p /app/{out}\ntar -xzf /app/{arch}.tar.gz -C /app/{out}\n"),
         tests: extracted_tests(&out, &members),
     }
@@ -103,6 +104,7 @@ fn one_member(ctx: &mut Ctx) -> Spec {
         category: "file-operations".into(),
         files: members.iter().map(|(n, t)| (format!("{STAGE}/{n}"), t.clone())).collect(),
         run: vec![format!("cd /app/{STAGE} && tar -czf /app/{arch}.tar.gz {top} && cd /app && rm -rf /app/{STAGE}")],
+        packages: Vec::new(),
         solution: format!("tar -xzf /app/{arch}.tar.gz -O {member} > /app/{target}\n"),
         tests: format!(
             "TARGET = Path(\"/app/{target}\")\nOTHERS = {others}\n\n\n\
@@ -144,6 +146,7 @@ fn zip_and_find(ctx: &mut Ctx) -> Spec {
         run: vec![format!(
             "cd /app/{STAGE} && python3 -m zipfile -c /app/{arch}.zip * && cd /app && rm -rf /app/{STAGE}"
         )],
+        packages: Vec::new(),
         solution: format!(
             "mkdir -p /app/{out}\npython3 -m zipfile -e /app/{arch}.zip /app/{out}\n\
              basename \"$(grep -l '{kw}' /app/{out}/*)\" > /app/answer.txt\n"

@@ -60,6 +60,7 @@ fn one_file(ctx: &mut Ctx) -> Spec {
         category: "file-operations".into(),
         files: vec![(file.clone(), body)],
         run: vec![],
+        packages: Vec::new(),
         solution: format!("grep -c '{kw}' /app/{file} > /app/answer.txt\n"),
         tests: count_tests(hits),
     }
@@ -103,6 +104,7 @@ fn log_folder(ctx: &mut Ctx) -> Spec {
         category: "file-operations".into(),
         files,
         run: vec![],
+        packages: Vec::new(),
         solution: format!("cat /app/{dir}/*.log | grep -c '{kw}' > /app/answer.txt\n"),
         tests: count_tests(total),
     }
@@ -150,6 +152,7 @@ fn find_files(ctx: &mut Ctx) -> Spec {
         category: "file-operations".into(),
         files,
         run: vec![],
+        packages: Vec::new(),
         solution: format!("grep -rl --include='*.{ext}' '{kw}' /app/{dir} | LC_ALL=C sort > /app/answer.txt\n"),
         tests: format!(
             "EXPECTED = {list}\n\n\ndef listed():\n    return [l.strip() for l in Path(\"/app/answer.txt\").read_text().splitlines() \

@@ -116,6 +116,7 @@ fn build(ctx: &mut Ctx) -> Spec {
             category: "data-processing".into(),
             files,
             run: vec![],
+            packages: Vec::new(),
             solution: format!("{}print(sum(int(r[\"{num}\"]) for r in rows))\nEOF\n", python(&file, "/app/answer.txt")),
             tests: number_tests(t.sum_where(None)),
         },
@@ -130,6 +131,7 @@ fn build(ctx: &mut Ctx) -> Spec {
                 category: "data-processing".into(),
                 files,
                 run: vec![],
+                packages: Vec::new(),
                 solution: format!(
                     "{}print(sum(int(r[\"{num}\"]) for r in rows if r[\"{catc}\"] == \"{cat}\"))\nEOF\n",
                     python(&file, "/app/answer.txt")
@@ -151,6 +153,7 @@ fn build(ctx: &mut Ctx) -> Spec {
                 category: "data-processing".into(),
                 files,
                 run: vec![],
+                packages: Vec::new(),
                 solution: format!(
                     "{}totals = {{}}\nfor r in rows:\n    totals[r[\"{catc}\"]] = totals.get(r[\"{catc}\"], 0) + \
                      int(r[\"{num}\"])\nprint(\"{catc},total\")\nfor k in sorted(totals):\n    print(f\"{{k}},{{totals[k]}}\")\nEOF\n",

@@ -118,6 +118,9 @@ pub(crate) struct Spec {
     pub(crate) files: Vec<(String, String)>,
     /// Dockerfile `RUN` commands after the copy (in `/app`).
     pub(crate) run: Vec<String>,
+    /// Debian packages the image installs before the task's files (one layer every
+    /// task of the family shares).
+    pub(crate) packages: Vec<String>,
     /// The reference solution's commands.
     pub(crate) solution: String,
     /// The pytest functions.

@@ -249,6 +249,7 @@ fn build(ctx: &mut Ctx) -> Spec {
         category: "debugging".into(),
         files: vec![(script.clone(), broken), (data.clone(), data_text)],
         run: vec![],
+        packages: Vec::new(),
         solution: format!("cat > /app/{script} <<'EOF'\n{fixed}EOF\n"),
         tests: format!(
             "CMD = [{cmd}]\nHIDDEN = {hidden_py}\n\n\ndef run(path):\n    \

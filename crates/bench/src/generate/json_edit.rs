@@ -112,6 +112,7 @@ fn top_level(ctx: &mut Ctx) -> Spec {
         category: "file-operations".into(),
         files: vec![(file.clone(), pretty(&before))],
         run: vec![],
+        packages: Vec::new(),
         solution: solution(&file, &format!("d[\"{key}\"] = {value}")),
         tests: format!(
             "{}def test_field_has_the_new_value():\n    assert load()[{k}] == {value}\n\n\n\
@@ -155,6 +156,7 @@ fn nested(ctx: &mut Ctx) -> Spec {
         category: "file-operations".into(),
         files: vec![(file.clone(), pretty(&before))],
         run: vec![],
+        packages: Vec::new(),
         solution: solution(&file, &format!("d[\"{sec}\"][\"{key}\"] = {value}\ndel d[\"{del}\"]")),
         tests: format!(
             "{}def test_nested_field_has_the_new_value():\n    assert load()[{s}][{k}] == {value}\n\n\n\
@@ -202,6 +204,7 @@ fn list(ctx: &mut Ctx) -> Spec {
         category: "file-operations".into(),
         files: vec![(file.clone(), pretty(&before))],
         run: vec![],
+        packages: Vec::new(),
         solution: solution(
             &file,
             &format!("for x in d:\n    if x[\"{cat_key}\"] == \"{cat}\":\n        x[\"{num_key}\"] = {value}"),

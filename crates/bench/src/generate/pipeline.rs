@@ -53,6 +53,7 @@ fn distinct(ctx: &mut Ctx) -> Spec {
         category: "data-processing".into(),
         files: vec![(file.clone(), text)],
         run: vec![],
+        packages: Vec::new(),
         solution: format!("LC_ALL=C sort -u /app/{file} > /app/answer.txt\n"),
         tests: format!(
             "EXPECTED = {list}\n\n\ndef got():\n    return [l.strip() for l in Path(\"/app/answer.txt\").read_text().splitlines() \
@@ -81,6 +82,7 @@ fn most_frequent(ctx: &mut Ctx) -> Spec {
         category: "data-processing".into(),
         files: vec![(file.clone(), text)],
         run: vec![],
+        packages: Vec::new(),
         solution: format!("sort /app/{file} | uniq -c | sort -rn | head -n 1 | awk '{{print $2}}' > /app/answer.txt\n"),
         tests: format!(
             "{}\n\ndef test_answer_is_the_most_frequent_word():\n    \
@@ -123,6 +125,7 @@ fn top_users(ctx: &mut Ctx) -> Spec {
         category: "data-processing".into(),
         files: vec![(file.clone(), lines(&rows))],
         run: vec![],
+        packages: Vec::new(),
         solution: format!(
             "awk '$3 == \"{status}\" {{print $1}}' /app/{file} | sort | uniq -c | sort -rn | head -n 3 | \
              awk '{{print $1, $2}}' > /app/answer.txt\n"

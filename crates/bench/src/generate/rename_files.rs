@@ -90,6 +90,7 @@ fn extension(ctx: &mut Ctx) -> Spec {
         category: "file-operations".into(),
         files,
         run: vec![],
+        packages: Vec::new(),
         solution: format!("cd /app/{dir}\nfor f in *.{old}; do mv -- \"$f\" \"${{f%.{old}}}.{new}\"; done\n"),
         tests: tests(&o),
     }
@@ -124,6 +125,7 @@ fn spaces(ctx: &mut Ctx) -> Spec {
         category: "file-operations".into(),
         files,
         run: vec![],
+        packages: Vec::new(),
         solution: format!("cd /app/{dir}\nfor f in *' '*; do mv -- \"$f\" \"${{f// /_}}\"; done\n"),
         tests: tests(&o),
     }
@@ -163,6 +165,7 @@ fn by_id(ctx: &mut Ctx) -> Spec {
         category: "file-operations".into(),
         files,
         run: vec![],
+        packages: Vec::new(),
         solution: format!(
             "cd /app/{dir}\nfor f in *.txt; do\n  id=$(head -n 1 \"$f\" | sed 's/^id: *//')\n  mv -- \"$f\" \"$id.txt\"\n\
              done\n"

@@ -58,6 +58,7 @@ fn one_file(ctx: &mut Ctx) -> Spec {
         category: "file-operations".into(),
         files: vec![(file.clone(), before)],
         run: vec![],
+        packages: Vec::new(),
         solution: format!("sed -i 's/{old}/{new}/g' /app/{file}\n"),
         tests: format!(
             "P = Path(\"/app/{file}\")\nEXPECTED = {expected}\n\n\n\
@@ -100,6 +101,7 @@ fn folder(ctx: &mut Ctx) -> Spec {
         category: "file-operations".into(),
         files,
         run: vec![],
+        packages: Vec::new(),
         solution: format!("sed -i 's/{old}/{new}/g' /app/{dir}/*.txt\n"),
         tests: format!(
             "DIR = Path(\"/app/{dir}\")\nCHANGED = {changed}\nKEPT = {kept}\n\n\n\
@@ -151,6 +153,7 @@ fn delete_and_replace(ctx: &mut Ctx) -> Spec {
         category: "file-operations".into(),
         files: vec![(file.clone(), before)],
         run: vec![],
+        packages: Vec::new(),
         solution: format!("sed -i -e '/{drop}/d' -e 's/{old}/{new}/g' /app/{file}\n"),
         tests: format!(
             "P = Path(\"/app/{file}\")\nEXPECTED = {expected}\n\n\n\

@@ -111,8 +111,16 @@ fn task_yaml(id: &Identity, spec: &Spec, header: &str) -> String {
 pub(crate) const PYTEST_LAYER: &str =
     "RUN PIP_DISABLE_PIP_VERSION_CHECK=1 python3 -m pip install -q --no-cache-dir pytest==8.4.1";
 
+/// The layer installing a family's Debian packages (before the files, so every task of
+/// the family shares it); the host check in the tests recognises it by this prefix.
+pub(crate) const PACKAGES_PREFIX: &str =
+    "RUN apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends";
+
 fn dockerfile(spec: &Spec, header: &str) -> String {
     let mut d = format!("# {header}\nFROM {BASE_IMAGE}\nWORKDIR /app\n{PYTEST_LAYER}\n");
+    if !spec.packages.is_empty() {
+        d.push_str(&format!("{PACKAGES_PREFIX} {} && rm -rf /var/lib/apt/lists/*\n", spec.packages.join(" ")));
+    }
     if !spec.files.is_empty() {
         d.push_str(&format!("COPY {FILES_DIR}/ /app/\n"));
     }

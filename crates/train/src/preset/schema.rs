@@ -219,6 +219,14 @@ pub struct Grpo {
     /// Drop groups whose rewards are all equal (they carry no signal).
     #[serde(default = "yes")]
     pub dynamic_sampling: bool,
+    /// With dynamic sampling: draws of fresh tasks (at most this many per step) to
+    /// replace the groups dropped for want of signal (0: none).
+    #[serde(default)]
+    pub refill_rounds: usize,
+    /// `[low, high]`: draw the tasks whose running pass rate is in this band (or never
+    /// tried), so that groups have a spread to learn from; none: every task.
+    #[serde(default)]
+    pub task_band: Option<[f64; 2]>,
     /// Sampling temperature of rollouts.
     #[serde(default = "one_f")]
     pub temperature: f64,
@@ -389,6 +397,10 @@ pub struct EvalSection {
     /// without one the evaluation runs the training tasks.
     #[serde(default)]
     pub tasks: Option<String>,
+    /// Task families never trained on: left out of the training tasks, and the only
+    /// families evaluated (families as `agent tasks generate` names them in its manifest).
+    #[serde(default)]
+    pub heldout_families: Vec<String>,
 }
 
 /// Checkpoint cadence and retention.

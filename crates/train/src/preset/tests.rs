@@ -69,6 +69,10 @@ fn bad_values_name_the_field() {
         ("device: cpu", "device: cuda", "hardware.gpu_memory_gib"),
         ("max_seq_len: 512", "max_seq_len: 64", "grpo.max_seq_len"),
         ("engine: candle", "engine: openai", "rollout.url"),
+        ("group_size: 8", "group_size: 8\n  task_band: [0.9, 0.1]", "grpo.task_band"),
+        ("group_size: 8", "group_size: 8\n  task_band: [0.1, 1.5]", "grpo.task_band"),
+        ("dynamic_sampling: true", "dynamic_sampling: false\n  refill_rounds: 2", "grpo.refill_rounds"),
+        ("eval:\n", "eval:\n  heldout_families: [\"a,b\"]\n", "eval.heldout_families"),
     ] {
         assert!(cpu_tiny_text().contains(from), "the fixture has {from}");
         let err = parse(&cpu_tiny_text().replacen(from, to, 1)).unwrap_err();

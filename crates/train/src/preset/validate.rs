@@ -302,7 +302,24 @@ impl Preset {
             }
         }
 
+        if let Some([lo, hi]) = self.grpo.task_band {
+            if !(0.0..=1.0).contains(&lo) || !(0.0..=1.0).contains(&hi) || lo > hi {
+                return Err(bad("grpo.task_band", format!("[{lo}, {hi}]: give [low, high] with 0 ≤ low ≤ high ≤ 1")));
+            }
+        }
+        if self.grpo.refill_rounds > 0 && !self.grpo.dynamic_sampling {
+            return Err(bad(
+                "grpo.refill_rounds",
+                "refills replace the groups dynamic sampling drops: set grpo.dynamic_sampling: true".into(),
+            ));
+        }
         in_range("eval.temperature", self.eval.temperature, 0.0, f64::MAX, "0 or more")?;
+        if let Some(f) = self.eval.heldout_families.iter().find(|f| f.trim().is_empty() || f.contains(',')) {
+            return Err(bad(
+                "eval.heldout_families",
+                format!("`{f}` is not a family name (see `agent tasks list-families`)"),
+            ));
+        }
         positive("checkpoint.every", self.checkpoint.every)?;
         positive("checkpoint.keep", self.checkpoint.keep)?;
         if let Some(p) = &self.system_prompt {

@@ -107,10 +107,18 @@ impl RolloutRunner {
         }
     }
 
-    /// The same runner over other tasks (a held-out evaluation set); its rollouts' session
-    /// ids never meet this runner's, so an engine keeping cells per session cannot mix them.
-    pub fn for_tasks(&self, ctx: Arc<TrialContext>, tasks: Vec<Arc<TaskEntry>>) -> RolloutRunner {
-        self.sibling(ctx, tasks, self.sampler.clone(), self.judge.clone(), 1 << 40)
+    /// The runner the evaluations use: these tasks (held out, or the training tasks) at
+    /// the evaluation's temperature; its rollouts' session ids never meet this runner's,
+    /// so an engine keeping cells per session cannot mix them.
+    pub fn for_evaluation(
+        &self,
+        ctx: Arc<TrialContext>,
+        tasks: Vec<Arc<TaskEntry>>,
+        temperature: f64,
+    ) -> RolloutRunner {
+        let mut runner = self.sibling(ctx, tasks, self.sampler.clone(), self.judge.clone(), 1 << 40);
+        runner.sampling.temperature = temperature;
+        runner
     }
 
     /// A runner like this one with its own session ids from `first_session` on.

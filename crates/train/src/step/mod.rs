@@ -5,8 +5,10 @@ mod plans;
 mod samples;
 mod save;
 
-pub use plans::{mix_seed, step_plans};
-pub use samples::build_samples;
+#[cfg(test)]
+pub use plans::step_plans;
+pub use plans::{draw_plans, mix_seed, Draw};
+pub use samples::{build_samples, groups_with_signal};
 pub(crate) use save::save_checkpoint;
 
 use std::path::Path;
@@ -58,11 +60,15 @@ impl StepLoop<'_> {
     pub(crate) async fn step(&mut self, state: &mut CheckpointState) -> Result<(), TrainError> {
         let step = state.step + 1;
         let started = Instant::now();
-        let rollouts = self.collect(step).await?;
+        let (rollouts, refills) = self.collect(step, state).await?;
         let rollout_secs = started.elapsed().as_secs_f64();
         let judge_secs = rollouts.iter().map(|r| r.judge_secs).sum();
         let weighing = Instant::now();
         let (samples, mut m) = self.advantages(&rollouts);
+        m.refill_rounds = refills;
+        if let Some(band) = self.preset.grpo.task_band {
+            m.tasks_outside_band = state.task_stats.outside(band).1 as u64;
+        }
         let advantage_secs = weighing.elapsed().as_secs_f64();
         let updating = Instant::now();
         let stats = self.update(step, &samples).await?;
@@ -93,15 +99,58 @@ impl StepLoop<'_> {
     }
 
     /// Collect (and score): the step's groups of rollouts, run as bench trials, this
-    /// rank's share here and the rest on the other ranks.
-    async fn collect(&self, step: u64) -> Result<Vec<Rollout>, TrainError> {
-        let plans = step_plans(self.preset, self.runner.tasks.len(), step);
+    /// rank's share here and the rest on the other ranks. Tasks come from those whose
+    /// running pass rate is in `grpo.task_band`; groups that carry no signal are
+    /// replaced by fresh tasks for up to `grpo.refill_rounds` more draws. Returns the
+    /// rollouts (whole groups, in order) and the refill draws made.
+    async fn collect(&self, step: u64, state: &mut CheckpointState) -> Result<(Vec<Rollout>, u64), TrainError> {
+        let grpo = &self.preset.grpo;
+        let names: Vec<String> = self.runner.tasks.iter().map(|t| t.name.clone()).collect();
         let dir = self.out.join("rollouts").join(format!("step-{step:06}"));
-        let share = share_of(&plans, self.world.rank(), self.world.world_size()).len();
-        let rbar = progress_bar(self.progress, share as u64, &format!("step {step} rollouts"));
-        let rollouts = run_spread(self.runner, &plans, &dir, self.world, &|_| rbar.inc(1)).await;
-        rbar.finish_and_clear();
-        rollouts
+        let mut eligible = state.task_stats.eligible(&names, grpo.task_band);
+        if eligible.is_empty() {
+            // Every task is solved or hopeless for now: draw from all rather than stop.
+            eligible = (0..names.len()).collect();
+        }
+        let mut rollouts: Vec<Rollout> = Vec::new();
+        let mut drawn = std::collections::BTreeSet::new();
+        let mut kept = 0;
+        let (mut round, mut refills) = (0u64, 0u64);
+        loop {
+            let groups = grpo.tasks_per_step - kept;
+            let plans = draw_plans(
+                self.preset,
+                &eligible,
+                step,
+                Draw { round, groups, first_slot: rollouts.len() / grpo.group_size.max(1) },
+            );
+            if plans.is_empty() {
+                break;
+            }
+            let share = share_of(&plans, self.world.rank(), self.world.world_size()).len();
+            let label =
+                if round == 0 { format!("step {step} rollouts") } else { format!("step {step} refill {round}") };
+            let rbar = progress_bar(self.progress, share as u64, &label);
+            let got = run_spread(self.runner, &plans, &dir, self.world, &|_| rbar.inc(1)).await?;
+            rbar.finish_and_clear();
+            for group in got.chunks(grpo.group_size.max(1)) {
+                let counted: Vec<&Rollout> =
+                    group.iter().filter(|r| r.status != crate::rollout::RolloutStatus::Crashed).collect();
+                let passes = counted.iter().filter(|r| r.resolved).count();
+                state.task_stats.record(&names[group[0].task], counted.len(), passes);
+                drawn.insert(group[0].task);
+            }
+            kept += groups_with_signal(self.preset, &got);
+            rollouts.extend(got);
+            refills += u64::from(round > 0);
+            if kept >= grpo.tasks_per_step || round >= grpo.refill_rounds as u64 {
+                break;
+            }
+            // A refill draws tasks this step has not tried yet.
+            eligible.retain(|t| !drawn.contains(t));
+            round += 1;
+        }
+        Ok((rollouts, refills))
     }
 
     /// Advantages: rewards normalised within each group, into training samples.

@@ -6,6 +6,32 @@ use crate::preset::{Preset, TruncPolicy};
 use crate::rollout::{Rollout, RolloutStatus};
 use crate::update::Sample;
 
+/// A group's rollouts that count (crashed ones say nothing about the policy) and their
+/// rewards under the truncation policy.
+fn group_rewards<'a>(preset: &Preset, group: &'a [Rollout]) -> (Vec<&'a Rollout>, Vec<f64>) {
+    let members: Vec<&Rollout> = group.iter().filter(|r| r.status != RolloutStatus::Crashed).collect();
+    let rewards = members
+        .iter()
+        .map(|r| match (r.status, preset.grpo.truncated) {
+            (RolloutStatus::Truncated | RolloutStatus::TimedOut, TruncPolicy::Zero) => 0.0,
+            _ => r.reward,
+        })
+        .collect();
+    (members, rewards)
+}
+
+fn carries_signal(preset: &Preset, rewards: &[f64]) -> bool {
+    rewards.len() >= 2 && !(preset.grpo.dynamic_sampling && is_degenerate(rewards))
+}
+
+/// How many of the groups (`group_size` rollouts each, in order) the update will keep.
+pub fn groups_with_signal(preset: &Preset, rollouts: &[Rollout]) -> usize {
+    rollouts
+        .chunks(preset.grpo.group_size.max(1))
+        .filter(|g| carries_signal(preset, &group_rewards(preset, g).1))
+        .count()
+}
+
 /// Turns a step's rollouts into training samples (advantages per group, dynamic
 /// sampling, the truncation policy) and the step's rollout metrics; `sampler_logp` keeps
 /// the sampler's log-probs for importance weights (another engine sampled them).
@@ -36,16 +62,8 @@ pub fn build_samples(preset: &Preset, rollouts: &[Rollout], sampler_logp: bool) 
     m.tokens = rollouts.iter().flat_map(|r| &r.recording.segments).map(|s| s.tokens.len() as u64).sum();
     let mut samples = Vec::new();
     for group in rollouts.chunks(g) {
-        // Crashed rollouts say nothing about the policy: they leave the group.
-        let members: Vec<&Rollout> = group.iter().filter(|r| r.status != RolloutStatus::Crashed).collect();
-        let rewards: Vec<f64> = members
-            .iter()
-            .map(|r| match (r.status, preset.grpo.truncated) {
-                (RolloutStatus::Truncated | RolloutStatus::TimedOut, TruncPolicy::Zero) => 0.0,
-                _ => r.reward,
-            })
-            .collect();
-        if members.len() < 2 || (preset.grpo.dynamic_sampling && is_degenerate(&rewards)) {
+        let (members, rewards) = group_rewards(preset, group);
+        if !carries_signal(preset, &rewards) {
             m.groups_dropped += 1;
             continue;
         }

@@ -15,6 +15,10 @@ pub(crate) struct FamilyFile {
     pub(crate) summary: String,
     /// Terminal-Bench's category (`file-operations`, `data-processing`, …).
     pub(crate) category: String,
+    /// Debian packages the task image installs (a compiler, `make`, `sqlite3`), in a
+    /// layer before the task's files so that every task of the family shares it.
+    #[serde(default)]
+    pub(crate) packages: Vec<String>,
     /// The family's own word lists, halved between the splits like the built-in ones.
     #[serde(default)]
     pub(crate) lists: BTreeMap<String, Vec<String>>,

@@ -91,6 +91,14 @@ fn is_slug(s: &str) -> bool {
         && !s.ends_with('-')
 }
 
+/// Debian's rule for package names, so that the name is safe in a `RUN` line.
+fn is_package(s: &str) -> bool {
+    s.len() >= 2
+        && s.len() <= 64
+        && s.starts_with(|c: char| c.is_ascii_lowercase() || c.is_ascii_digit())
+        && s.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || "+-.".contains(c))
+}
+
 fn is_ident(s: &str) -> bool {
     let mut cs = s.chars();
     cs.next().is_some_and(|c| c.is_ascii_lowercase() || c == '_')
@@ -129,6 +137,9 @@ fn validate(f: &FamilyFile) -> Result<(), String> {
                 "list `{name}`: `{w}` must be letters, digits, `-`, `_` or `.` (it is used in paths and shell commands)"
             ));
         }
+    }
+    if let Some(p) = f.packages.iter().find(|p| !is_package(p)) {
+        return Err(format!("packages: `{p}` is not a Debian package name (lowercase letters, digits, `+`, `-`, `.`)"));
     }
     let mut family_names = BTreeSet::new();
     for p in &f.params {

@@ -194,6 +194,7 @@ impl DataFamily {
             category: self.file.category.clone(),
             files,
             run,
+            packages: self.file.packages.clone(),
             solution,
             tests: format!("{prelude}{}", tests.trim_start()),
         })

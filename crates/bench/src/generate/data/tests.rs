@@ -98,6 +98,29 @@ fn a_good_family_draws_its_parameters_files_and_phrasings() {
     assert!(c.params["ws"].iter().all(|w| ["red", "green", "pink"].contains(&w.as_str())), "{:?}", c.params);
 }
 
+/// A family's Debian packages are one layer before the task's files, the same line for
+/// every task of the family (so Docker builds it once).
+#[test]
+fn a_familys_packages_are_installed_before_its_files() {
+    let text = good().replace(
+        "category = \"file-operations\"\n",
+        "category = \"file-operations\"\npackages = [\"gcc\", \"make\"]\n",
+    );
+    let fam = parse(&text, "test.toml").unwrap_or_else(|e| panic!("{e}"));
+    let layers: Vec<String> = (1..=3)
+        .map(|level| {
+            let t = instance(&fam, level, Split::Train, 4, 0).unwrap();
+            let d = &t.files["Dockerfile"];
+            let at = d.find("install -y -qq --no-install-recommends gcc make &&").unwrap_or_else(|| panic!("{d}"));
+            assert!(at < d.find("COPY ").unwrap(), "{d}");
+            d.lines().find(|l| l.contains("apt-get")).unwrap().to_string()
+        })
+        .collect();
+    assert!(layers.iter().all(|l| l == &layers[0]), "{layers:?}");
+    let plain = instance(&parse(&good(), "test.toml").unwrap(), 1, Split::Train, 4, 0).unwrap();
+    assert!(!plain.files["Dockerfile"].contains("apt-get"));
+}
+
 #[test]
 fn the_same_arguments_draw_the_same_bytes() {
     let fam = parse(&good(), "test.toml").unwrap();
@@ -126,6 +149,13 @@ fn mistakes_in_a_family_file_are_refused_and_named() {
         (g.replace("{{ text(2) }}", "{% for %}"), "level 1: files[0].text"),
         (g.replace("\"blue\", \"green\", \"teal\", ", ""), "at least 4"),
         (g.replace("\"gray\"", "\"gr ay\""), "`gr ay`"),
+        (
+            g.replace(
+                "category = \"file-operations\"\n",
+                "category = \"file-operations\"\npackages = [\"gcc; curl x\"]\n",
+            ),
+            "`gcc; curl x` is not a Debian package name",
+        ),
     ];
     for (text, want) in cases {
         let e = err(text);
