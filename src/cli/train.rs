@@ -138,7 +138,7 @@ fn engine_of(name: &str) -> RolloutEngine {
     }
 }
 
-/// Runs `agent train eval`: the training run's own loop with no steps and no warm start,
+/// Runs `agent train eval`: the training run's own set-up with no warm start and no steps,
 /// the adapter loaded after the base model's evaluation.
 async fn run_eval(args: EvalArgs, config: Config) -> anyhow::Result<u8> {
     let mut preset = Preset::find(&args.preset)?;
@@ -153,8 +153,12 @@ async fn run_eval(args: EvalArgs, config: Config) -> anyhow::Result<u8> {
     preset.tasks = std::path::absolute(&args.tasks)?.display().to_string();
     preset.eval.tasks = None;
     preset.eval.heldout_families = args.families.clone().unwrap_or_default();
-    preset.grpo.steps = 0;
-    preset.sft = None;
+    // A warm start into the adapter is in the adapter already; one into the weights made
+    // the model the adapter was trained on, so it is made again. `train` returns after
+    // the evaluations, before any step.
+    if preset.sft.as_ref().is_some_and(|s| s.into == agent_train::preset::SftInto::Adapter) {
+        preset.sft = None;
+    }
     if let Some(n) = args.rollouts {
         preset.eval.rollouts = n;
     }

@@ -126,6 +126,61 @@ async fn killed_training_resumes_from_its_last_checkpoint_exactly() {
         .starts_with(".tmp")));
 }
 
+/// `agent train eval`: a trained adapter against the base on the same rollouts (same
+/// tasks, same seeds), here over one held-out task of the toy set; `eval.json` pairs them
+/// and every error is clustered by task.
+#[tokio::test(flavor = "multi_thread")]
+async fn train_eval_pairs_an_adapter_with_its_base_on_the_same_rollouts() {
+    support::docker().await;
+    let run = uninterrupted_run();
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("eval");
+    let tasks = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("assets/train/toy-files");
+    let o = Command::new(support::agent_bin())
+        .args(["train", "eval", "--no-progress", "--preset", &resume_preset(), "--rollouts", "6"])
+        .args(["--families", "note-river,data-stone", "--temperature", "0"])
+        .arg("--adapter")
+        .arg(run.join("adapter"))
+        .arg("--tasks")
+        .arg(&tasks)
+        .arg("--out")
+        .arg(&out)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success(), "agent train eval failed: {stderr}");
+    assert!(stdout.contains("paired:"), "{stdout}");
+    let report = eval_json(&out);
+    assert_eq!(report["rollouts"], 6);
+    assert_eq!(report["temperature"], 0.0);
+    let paired = &report["paired"]["after_vs_before"];
+    assert_eq!((paired["pairs"].as_u64(), paired["tasks"].as_u64()), (Some(6), Some(2)), "{report}");
+    // Without a manifest each task is its own family: only the two asked for ran.
+    let families: Vec<&String> = report["families"].as_object().unwrap().keys().collect();
+    assert_eq!(families, ["data-stone", "note-river"]);
+    for name in ["eval-before", "eval-adapter"] {
+        let e: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(out.join(format!("{name}.json"))).unwrap()).unwrap();
+        let outcomes = e["outcomes"].as_array().unwrap();
+        assert_eq!(outcomes.len(), 6, "{e}");
+        assert!(outcomes.iter().all(|o| o["task"] == "note-river" || o["task"] == "data-stone"), "{e}");
+    }
+    // Greedy sampling: the adapter's replies are the same each time a task comes round.
+    let adapter: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("eval-adapter.json")).unwrap()).unwrap();
+    for task in ["note-river", "data-stone"] {
+        let results: Vec<bool> = adapter["outcomes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|o| o["task"] == task)
+            .map(|o| o["resolved"].as_bool().unwrap())
+            .collect();
+        assert!(results.windows(2).all(|w| w[0] == w[1]), "{task}: {results:?} at temperature 0");
+    }
+}
+
 /// What a closed SSH session or terminal sends: the run stops, removing its rollout
 /// containers, with the exit code of the signal.
 #[tokio::test(flavor = "multi_thread")]

@@ -14,7 +14,7 @@ pub const MANIFEST: &str = "manifest.json";
 /// The manifest's `generator` field, which marks a folder as ours.
 pub const GENERATOR: &str = "agent tasks generate";
 /// Bumped whenever the same arguments would generate different tasks.
-const VERSION: u32 = 2;
+const VERSION: u32 = 3;
 
 /// `manifest.json`: what was generated, with every task's parameters.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
