@@ -68,7 +68,7 @@ pub enum Command {
     #[command(subcommand)]
     Model(model::ModelCommand),
     /// Train the policy with GRPO (LoRA or full updates) on tasks run in containers.
-    Train(train::TrainArgs),
+    Train(Box<train::TrainArgs>),
     /// Make training tasks: generate them from a seed, validate task folders, synthesise
     /// new ones with model agents.
     #[command(subcommand)]
@@ -146,7 +146,7 @@ pub async fn dispatch(cli: Cli) -> anyhow::Result<u8> {
         Some(Command::Bench(args)) => bench::run(args, project::announced(&user, trust)?).await,
         Some(Command::Sandbox(cmd)) => sandbox::run(cmd, project::announced(&user, trust)?).await,
         Some(Command::Serve(args)) => serve::run(args, project::announced(&user, trust)?).await,
-        Some(Command::Train(args)) => train::run(args, project::announced(&user, trust)?).await,
+        Some(Command::Train(args)) => train::run(*args, project::announced(&user, trust)?).await,
         Some(Command::Model(cmd)) => model::run(cmd).await,
         Some(Command::Tasks(cmd)) => tasks::run(cmd, || project::announced(&user, trust)).await,
         Some(Command::JudgeEval(args)) => judge_eval::run(args).await,

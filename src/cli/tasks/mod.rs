@@ -84,17 +84,23 @@ pub async fn run(cmd: TasksCommand, config: impl FnOnce() -> anyhow::Result<Conf
 }
 
 fn list_families(dirs: &[PathBuf]) -> anyhow::Result<()> {
+    use std::io::Write;
     let all = generate::catalog(dirs)?;
     let width = all.iter().map(|f| f.name.len()).max().unwrap_or(0);
+    let mut text = String::new();
     for f in &all {
         let origin = if f.origin == generate::BUILT_IN { String::new() } else { format!("  ({})", f.origin) };
-        println!("{:width$}  {}{origin}", f.name, f.summary);
+        text += &format!("{:width$}  {}{origin}\n", f.name, f.summary);
         for (i, what) in f.levels.iter().enumerate() {
-            println!("{:width$}    level {}: {what}", "", i + 1);
+            text += &format!("{:width$}    level {}: {what}\n", "", i + 1);
         }
     }
-    println!("\nLevel 1 is meant for the smallest models (Qwen2.5-Coder-0.5B); levels 2 and {MAX_LEVEL} add steps.");
-    println!("{} families; add your own as family files (docs/tasks.md) with --families-dir DIR.", all.len());
+    text += &format!(
+        "\nLevel 1 is meant for the smallest models (Qwen2.5-Coder-0.5B); levels 2 and {MAX_LEVEL} add steps.\n"
+    );
+    text += &format!("{} families; add your own as family files (docs/tasks.md) with --families-dir DIR.\n", all.len());
+    // A reader that stops early (`| head`) is not an error.
+    let _ = std::io::stdout().lock().write_all(text.as_bytes());
     Ok(())
 }
 

@@ -186,7 +186,8 @@ pub fn network_failure(text: &str) -> Option<String> {
 }
 
 /// The hosts a script or Dockerfile fetches from (`http(s)://HOST/…` in it), in order of
-/// first mention, without the package mirrors a build may use (Debian, PyPI).
+/// first mention, without the package mirrors a build may use (Debian, PyPI) and the
+/// container's own loopback (a task that queries a server it started needs no internet).
 pub fn fetched_hosts(text: &str) -> Vec<String> {
     const MIRRORS: &[&str] = &["deb.debian.org", "security.debian.org", "pypi.org", "files.pythonhosted.org"];
     let mut out: Vec<String> = Vec::new();
@@ -197,7 +198,9 @@ pub fn fetched_hosts(text: &str) -> Vec<String> {
             let after = &rest[i + 3..];
             let host: String =
                 after.chars().take_while(|c| c.is_ascii_alphanumeric() || ".-".contains(*c)).collect::<String>();
-            if scheme_ok && host.contains('.') && !MIRRORS.contains(&host.as_str()) && !out.contains(&host) {
+            let loopback = host.starts_with("127.") || host == "localhost" || host.ends_with(".localhost");
+            if scheme_ok && host.contains('.') && !loopback && !MIRRORS.contains(&host.as_str()) && !out.contains(&host)
+            {
                 out.push(host);
             }
             rest = after;
@@ -262,6 +265,9 @@ mod tests {
     fn fetched_hosts_leave_the_package_mirrors_out() {
         let dockerfile = "RUN apt-get update\nRUN git clone https://github.com/openwall/john.git\n# see http://example.org/x\nRUN pip install -i https://pypi.org/simple x && curl -fsSL https://bootstrap.pypa.io/get-pip.py | python3";
         assert_eq!(fetched_hosts(dockerfile), vec!["github.com", "bootstrap.pypa.io"]);
+        let local =
+            "curl -s http://127.0.0.1:23456/items?page=2 > a.json\ncurl http://api.localhost/x http://example.org/y";
+        assert_eq!(fetched_hosts(local), vec!["example.org"]);
     }
 
     #[test]
