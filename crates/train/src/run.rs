@@ -213,7 +213,8 @@ pub async fn train(
     let heldout = &preset.eval.heldout_families;
     let all_tasks = tasks.clone();
     let all_families = families::families_of(&tasks_dir, &tasks)?;
-    let tasks = if heldout.is_empty() {
+    // `agent train eval` trains on nothing: its families only choose what is evaluated.
+    let tasks = if heldout.is_empty() || opts.evaluate_adapter.is_some() {
         tasks
     } else {
         let (kept, _) = families::split_by_family(tasks, heldout, &all_families, false, "training task", &tasks_dir)?;

@@ -310,15 +310,21 @@ fn the_solution_passes_every_test_and_doing_nothing_fails_one_on_the_host() {
                     eprintln!("{}: skipped on the host, which lacks the Debian packages {missing:?}", t.name);
                     continue;
                 }
-                let dir = tempfile::tempdir().unwrap();
-                let (ok, bad, out) = run_on_host(&t, dir.path(), true);
-                assert!(ok >= 2 && bad == 0, "{}: the solution fails its tests:\n{out}", t.name);
-                let dir = tempfile::tempdir().unwrap();
-                let (_, bad, out) = run_on_host(&t, dir.path(), false);
-                assert!(bad >= 1, "{}: doing nothing passes every test:\n{out}", t.name);
+                solution_passes_and_nothing_fails(&t);
             }
         }
     }
+}
+
+/// The task's solution passes all its tests (at least two) on the host, and an untouched
+/// environment fails one.
+fn solution_passes_and_nothing_fails(t: &GeneratedTask) {
+    let dir = tempfile::tempdir().unwrap();
+    let (ok, bad, out) = run_on_host(t, dir.path(), true);
+    assert!(ok >= 2 && bad == 0, "{}: the solution fails its tests:\n{out}", t.name);
+    let dir = tempfile::tempdir().unwrap();
+    let (_, bad, out) = run_on_host(t, dir.path(), false);
+    assert!(bad >= 1, "{}: doing nothing passes every test:\n{out}", t.name);
 }
 
 /// The eight Rust families written as family files (`crates/bench/families/ports/`, to
@@ -339,12 +345,7 @@ fn the_ported_family_files_pass_their_solutions_and_fail_untouched_on_the_host()
         for split in [Split::Train, Split::Heldout] {
             for level in 1..=MAX_LEVEL {
                 let t = instance(f, level, split, 5, 0).unwrap_or_else(|e| panic!("{e}"));
-                let dir = tempfile::tempdir().unwrap();
-                let (ok, bad, out) = run_on_host(&t, dir.path(), true);
-                assert!(ok >= 2 && bad == 0, "{}: the solution fails its tests:\n{out}", t.name);
-                let dir = tempfile::tempdir().unwrap();
-                let (_, bad, out) = run_on_host(&t, dir.path(), false);
-                assert!(bad >= 1, "{}: doing nothing passes every test:\n{out}", t.name);
+                solution_passes_and_nothing_fails(&t);
             }
         }
     }
